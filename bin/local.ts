@@ -1,0 +1,69 @@
+import { join, resolve } from 'node:path';
+import { startGateway } from './local/runtime.ts';
+import { ensureDevelopmentProject } from './local/seed.ts';
+
+/**
+ * `npm start`: the whole gateway on this machine. Data lives under DATA_DIR (default .data), so a restart keeps
+ * developers, projects and usage.
+ */
+const port = Number(process.env.PORT ?? 8787);
+const dataDir = resolve(process.env.DATA_DIR ?? '.data');
+
+async function main() {
+  console.log('Starting the prompt gateway (DynamoDB Local, fauxqs, handlers)…');
+  const gw = await startGateway({
+    port,
+    dataDir,
+    dynamoPort: process.env.DYNAMODB_PORT ? Number(process.env.DYNAMODB_PORT) : undefined,
+  });
+  const dev = await ensureDevelopmentProject();
+
+  const lines = [
+    '',
+    `Prompt gateway ready on ${gw.url}`,
+    `  channeling URL (Anthropic Messages API): ${gw.url}   → POST /v1/messages`,
+    `  conjure URL: ${gw.url}   → GET /usage`,
+    `  health: ${gw.url}/health`,
+    `  data: ${dataDir} (DynamoDB Local on ${gw.dynamoEndpoint})`,
+    gw.simulated
+      ? '  upstream: SIMULATED — ANTHROPIC_API_KEY is not set, so answers come from the built-in simulated Anthropic/OpenAI servers, not real models.'
+      : `  upstream: Anthropic at ${process.env.ANTHROPIC_BASE_URL ?? 'https://api.anthropic.com'} with your ANTHROPIC_API_KEY`,
+    '',
+    `${dev.created ? 'Created' : 'Using'} development developer "${dev.developerId}" and project "${dev.projectId}".`,
+    `Development token (user "${dev.userId}", $${dev.budget.ai / 1e6} AI per ${dev.budget.window}, valid 30 days):`,
+    '',
+    dev.token,
+    '',
+    'Try it:',
+    `  curl -s ${gw.url}/usage -H "Authorization: Bearer ${dev.token}"`,
+    '',
+    `  curl -s ${gw.url}/v1/messages -H "x-api-key: ${dev.token}" -H "anthropic-version: 2023-06-01" \\`,
+    `    -H "content-type: application/json" -d '{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}'`,
+    '',
+    '  // Anthropic SDK (TypeScript)',
+    `  const client = new Anthropic({ baseURL: '${gw.url}', apiKey: '<token above>' });`,
+    `  const msg = await client.messages.create({ model: 'claude-sonnet-4-5', max_tokens: 256, messages: [{ role: 'user', content: 'Hello' }] });`,
+    '',
+    `  # Claude Code: ANTHROPIC_BASE_URL=${gw.url} ANTHROPIC_AUTH_TOKEN=<token above> claude`,
+    '',
+    `The token is also saved in ${join(dataDir, 'dev-token.txt')}. Press Ctrl-C to stop.`,
+  ];
+  console.log(lines.join('\n'));
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.log(`\n${signal}: stopping…`);
+    await gw.stop();
+    console.log('Stopped.');
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+}
+
+main().catch((err: unknown) => {
+  console.error(`Could not start the gateway: ${(err as Error).message}`);
+  process.exit(1);
+});

@@ -1,0 +1,38 @@
+import { z } from 'zod';
+
+export const WINDOWS = ['hour', 'day', 'week', 'month', 'lifetime'] as const;
+export const WindowKind = z.enum(WINDOWS);
+export type WindowKind = z.infer<typeof WindowKind>;
+
+/** The budget a project owner grants a user, carried inside the token (DESIGN §2). */
+export const BudgetClaim = z.object({
+  ai: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+  compute: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+  window: WindowKind,
+});
+export type BudgetClaim = z.infer<typeof BudgetClaim>;
+
+/** Identifiers are used inside DynamoDB keys joined by '#', so that character (and control characters) are refused. */
+export const Identifier = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[^#\s\u0000-\u001f]+$/, 'must not contain "#", whitespace or control characters');
+
+export const GatewayClaims = z.object({
+  iss: Identifier,
+  sub: Identifier,
+  exp: z.number().int(),
+  iat: z.number().int().optional(),
+  nbf: z.number().int().optional(),
+  budget: BudgetClaim,
+});
+export type GatewayClaims = z.infer<typeof GatewayClaims>;
+
+/** Who is calling and what they may spend: the verified content of a token. */
+export interface Caller {
+  projectId: string;
+  userId: string;
+  budget: BudgetClaim;
+  expiresAt: number;
+}

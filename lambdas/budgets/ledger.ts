@@ -1,0 +1,284 @@
+import { randomUUID } from 'node:crypto';
+import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import type { BudgetClaim, Caller } from '../auth/claims.ts';
+import { env } from '../config/env.ts';
+import { documentClient, isConditionFailure } from '../store/dynamo.ts';
+import { monthOf, windowEnd, windowStart } from './windows.ts';
+
+/**
+ * The usage ledger (DESIGN §3). One DynamoDB item per (project, user, window kind, window start) holds:
+ *   <m>Used       settled spend
+ *   <m>Reserved   sum of open reservations
+ *   <m>Committed  Used + Reserved, kept as its own attribute because a condition expression cannot add
+ *   holds         open reservations by id: { ai, compute, expiresAt }
+ * for each meter m of `ai` (microdollars) and `compute` (seconds).
+ *
+ * Every change is one conditional UpdateItem, so DynamoDB serialises concurrent requests for us:
+ *   reserve  admits only while Committed < budget, then adds the worst case  → overshoot ≤ one worst case
+ *   settle   only while the hold exists, moving it from Reserved to Used      → idempotent
+ *   sweep    settles holds past their expiry through the same conditional     → exactly once
+ */
+
+export type Meter = 'ai' | 'compute';
+export type Amounts = Record<Meter, number>;
+
+export interface WindowRef {
+  pk: string;
+  projectId: string;
+  userId: string;
+  window: BudgetClaim['window'];
+  windowStart: string;
+}
+
+/** What a caller needs to settle a reservation later, possibly from another process (it is plain JSON). */
+export interface Reservation {
+  id: string;
+  key: WindowRef;
+  held: Amounts;
+  expiresAt: number;
+}
+
+export interface WindowUsage {
+  key: WindowRef;
+  used: Amounts;
+  reserved: Amounts;
+  openHolds: number;
+}
+
+export type ReserveResult = { ok: true; reservation: Reservation } | { ok: false; usage: WindowUsage; exhausted: Meter[] };
+
+const METERS: Meter[] = ['ai', 'compute'];
+const table = () => env().USAGE_TABLE;
+const DAY_SECONDS = 86_400;
+/** Past windows are kept this long after they end (for reporting), then DynamoDB's TTL removes them. */
+const RETAIN_AFTER_WINDOW_SECONDS = 90 * DAY_SECONDS;
+
+export function windowFor(caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>, now: Date): WindowRef {
+  const start = windowStart(caller.budget.window, now).toISOString();
+  return {
+    pk: `usage#${caller.projectId}#${caller.userId}#${caller.budget.window}#${start}`,
+    projectId: caller.projectId,
+    userId: caller.userId,
+    window: caller.budget.window,
+    windowStart: start,
+  };
+}
+
+function assertAmounts(amounts: Amounts, what: string): void {
+  for (const m of METERS) {
+    if (!Number.isSafeInteger(amounts[m]) || amounts[m] < 0) throw new RangeError(`${what}.${m} must be a non-negative integer, got ${amounts[m]}`);
+  }
+}
+
+/** Creates the window item with zeroed counters if it is not there yet; losing the race to another creator is fine. */
+async function ensureWindowItem(key: WindowRef): Promise<void> {
+  const end = windowEnd(key.window, new Date(key.windowStart));
+  try {
+    await documentClient().send(
+      new PutCommand({
+        TableName: table(),
+        Item: {
+          ...key,
+          aiUsed: 0,
+          aiReserved: 0,
+          aiCommitted: 0,
+          computeUsed: 0,
+          computeReserved: 0,
+          computeCommitted: 0,
+          holds: {},
+          ...(end ? { expiresAt: Math.floor(end.getTime() / 1000) + RETAIN_AFTER_WINDOW_SECONDS } : {}),
+        },
+        ConditionExpression: 'attribute_not_exists(pk)',
+      }),
+    );
+  } catch (err) {
+    if (!isConditionFailure(err)) throw err;
+  }
+}
+
+function toUsage(key: WindowRef, item: Record<string, unknown> | undefined): WindowUsage {
+  const num = (name: string) => (typeof item?.[name] === 'number' ? (item[name] as number) : 0);
+  return {
+    key,
+    used: { ai: num('aiUsed'), compute: num('computeUsed') },
+    reserved: { ai: num('aiReserved'), compute: num('computeReserved') },
+    openHolds: Object.keys((item?.holds as object | undefined) ?? {}).length,
+  };
+}
+
+export interface ReserveInput {
+  caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>;
+  /** Worst-case cost of what is about to run. */
+  amounts: Amounts;
+  /** Which budgets gate admission: the proxy checks only `ai` (the interface exempts it from compute). */
+  enforce: Meter[];
+  now?: Date;
+  reservationId?: string;
+}
+
+export async function reserve(input: ReserveInput): Promise<ReserveResult> {
+  assertAmounts(input.amounts, 'amounts');
+  const now = input.now ?? new Date();
+  const key = windowFor(input.caller, now);
+  const id = input.reservationId ?? randomUUID();
+  const expiresAt = Math.floor(now.getTime() / 1000) + env().RESERVATION_TTL_SECONDS;
+  const conditions = ['attribute_exists(holds)', ...input.enforce.map((m) => `${m}Committed < :${m}Budget`)];
+  const values: Record<string, unknown> = {
+    ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt },
+    ':ai': input.amounts.ai,
+    ':compute': input.amounts.compute,
+  };
+  for (const m of input.enforce) values[`:${m}Budget`] = input.caller.budget[m];
+
+  // Expired holds are swept only when they stand in the way: the hot path stays one write.
+  let swept = false;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await documentClient().send(
+        new UpdateCommand({
+          TableName: table(),
+          Key: { pk: key.pk },
+          UpdateExpression: 'SET holds.#id = :hold ADD aiReserved :ai, aiCommitted :ai, computeReserved :compute, computeCommitted :compute',
+          ConditionExpression: conditions.join(' AND '),
+          ExpressionAttributeNames: { '#id': id },
+          ExpressionAttributeValues: values,
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return { ok: true, reservation: { id, key, held: { ...input.amounts }, expiresAt } };
+    } catch (err) {
+      if (!isConditionFailure(err)) throw err;
+      const item = (err as { Item?: Record<string, unknown> }).Item;
+      if (!item || !('holds' in item)) {
+        await ensureWindowItem(key);
+        continue;
+      }
+      const usage = toUsage(key, item);
+      if (!swept && hasExpiredHold(item, now)) {
+        swept = true;
+        await sweepExpired(key, now);
+        continue;
+      }
+      const exhausted = input.enforce.filter((m) => usage.used[m] + usage.reserved[m] >= input.caller.budget[m]);
+      return { ok: false, usage, exhausted };
+    }
+  }
+  throw new Error(`Could not create usage window ${key.pk}`);
+}
+
+function hasExpiredHold(item: Record<string, unknown>, now: Date): boolean {
+  const holds = (item.holds ?? {}) as Record<string, { expiresAt: number }>;
+  return Object.values(holds).some((h) => h.expiresAt <= Math.floor(now.getTime() / 1000));
+}
+
+export interface SettleOutcome {
+  /** True when this call settled the reservation; false when it had been settled already (a no-op). */
+  settled: boolean;
+  /** The window's counters right after this settle (only when settled). */
+  used?: Amounts;
+  reserved?: Amounts;
+}
+
+/**
+ * Turns a reservation into its actual cost. A repeated settle, or one after the sweep took the hold, changes nothing.
+ */
+export async function settle(reservation: Reservation, actual: Amounts): Promise<SettleOutcome> {
+  assertAmounts(actual, 'actual');
+  try {
+    const out = await documentClient().send(
+      new UpdateCommand({
+        TableName: table(),
+        Key: { pk: reservation.key.pk },
+        UpdateExpression:
+          'REMOVE holds.#id ADD aiUsed :aiUsed, aiReserved :aiRelease, aiCommitted :aiDelta, computeUsed :cUsed, computeReserved :cRelease, computeCommitted :cDelta',
+        ConditionExpression: 'attribute_exists(holds.#id)',
+        ExpressionAttributeNames: { '#id': reservation.id },
+        ExpressionAttributeValues: {
+          ':aiUsed': actual.ai,
+          ':aiRelease': -reservation.held.ai,
+          ':aiDelta': actual.ai - reservation.held.ai,
+          ':cUsed': actual.compute,
+          ':cRelease': -reservation.held.compute,
+          ':cDelta': actual.compute - reservation.held.compute,
+        },
+        ReturnValues: 'UPDATED_NEW',
+      }),
+    );
+    const usage = toUsage(reservation.key, out.Attributes);
+    return { settled: true, used: usage.used, reserved: usage.reserved };
+  } catch (err) {
+    if (isConditionFailure(err)) return { settled: false };
+    throw err;
+  }
+}
+
+/**
+ * Settles every hold of the window whose expiry has passed. A run that crashed never reported what it used, and the
+ * provider may have billed for it, so an abandoned hold is charged at the worst case it reserved.
+ * Returns how many holds this call settled.
+ */
+export async function sweepExpired(key: WindowRef, now = new Date()): Promise<number> {
+  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: { pk: key.pk }, ConsistentRead: true }));
+  const holds = (out.Item?.holds ?? {}) as Record<string, { ai: number; compute: number; expiresAt: number }>;
+  const nowSeconds = Math.floor(now.getTime() / 1000);
+  let settled = 0;
+  for (const [id, hold] of Object.entries(holds)) {
+    if (hold.expiresAt > nowSeconds) continue;
+    const held = { ai: hold.ai, compute: hold.compute };
+    if ((await settle({ id, key, held, expiresAt: hold.expiresAt }, held)).settled) settled++;
+  }
+  return settled;
+}
+
+/** The caller's current window, with expired holds swept first so the figures are honest. */
+export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>, now = new Date()): Promise<WindowUsage> {
+  const key = windowFor(caller, now);
+  await sweepExpired(key, now);
+  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: { pk: key.pk }, ConsistentRead: true }));
+  return toUsage(key, out.Item);
+}
+
+// ---- developer plan: compute seconds used by all of a developer's projects in the calendar month ----
+
+const developerMonthKey = (developerId: string, now: Date) => ({ pk: `devcompute#${developerId}#${monthOf(now)}` });
+
+export async function addDeveloperCompute(developerId: string, seconds: number, now = new Date()): Promise<number> {
+  if (!Number.isSafeInteger(seconds) || seconds < 0) throw new RangeError(`seconds must be a non-negative integer, got ${seconds}`);
+  const out = await documentClient().send(
+    new UpdateCommand({
+      TableName: table(),
+      Key: developerMonthKey(developerId, now),
+      UpdateExpression: 'ADD computeUsed :s SET developerId = :d, #month = :m, expiresAt = if_not_exists(expiresAt, :exp)',
+      ExpressionAttributeNames: { '#month': 'month' },
+      ExpressionAttributeValues: {
+        ':s': seconds,
+        ':d': developerId,
+        ':m': monthOf(now),
+        ':exp': Math.floor(now.getTime() / 1000) + 400 * DAY_SECONDS,
+      },
+      ReturnValues: 'UPDATED_NEW',
+    }),
+  );
+  return out.Attributes?.computeUsed as number;
+}
+
+export async function developerComputeUsed(developerId: string, now = new Date()): Promise<number> {
+  const out = await documentClient().send(
+    new GetCommand({ TableName: table(), Key: developerMonthKey(developerId, now), ConsistentRead: true }),
+  );
+  return (out.Item?.computeUsed as number | undefined) ?? 0;
+}
+
+export interface DeveloperAllowance {
+  allowed: boolean;
+  used: number;
+  available: number;
+  planSeconds: number;
+  poolSeconds: number;
+}
+
+/** DESIGN §3: the month's compute across all projects against planSeconds + poolSeconds. */
+export function developerAllowance(plan: { planSeconds: number; poolSeconds: number }, used: number): DeveloperAllowance {
+  const total = plan.planSeconds + plan.poolSeconds;
+  return { allowed: used < total, used, available: Math.max(0, total - used), planSeconds: plan.planSeconds, poolSeconds: plan.poolSeconds };
+}

@@ -1,0 +1,49 @@
+import { z } from 'zod';
+
+/**
+ * Typed configuration read from the environment once per process.
+ * Deployed functions get these from the CDK stack; the local runtime sets them before it loads any handler.
+ */
+const EnvSchema = z.object({
+  STAGE: z.string().default('local'),
+  AWS_REGION: z.string().default('us-east-1'),
+  /** Set only locally and in tests: DynamoDB Local's endpoint. Unset in AWS. */
+  DYNAMODB_ENDPOINT: z.string().url().optional(),
+  SQS_ENDPOINT: z.string().url().optional(),
+  REGISTRY_TABLE: z.string().default('gateway-registry'),
+  USAGE_TABLE: z.string().default('gateway-usage'),
+  VESSELS_TABLE: z.string().default('gateway-vessels'),
+  LEASES_TABLE: z.string().default('gateway-leases'),
+  SESSIONS_TABLE: z.string().default('gateway-sessions'),
+  /** KMS key that encrypts projects' provider keys (AWS). */
+  PROVIDER_KEYS_KMS_KEY_ID: z.string().optional(),
+  /** Local alternative to KMS: a file holding a 32-byte AES key (created on first use). */
+  PROVIDER_KEYS_LOCAL_KEY_FILE: z.string().optional(),
+  ANTHROPIC_API_KEY: z.string().optional(),
+  /** Secrets Manager secret holding the service's Anthropic key (deployed stacks). */
+  ANTHROPIC_API_KEY_SECRET_ARN: z.string().optional(),
+  ANTHROPIC_BASE_URL: z.string().url().default('https://api.anthropic.com'),
+  OPENAI_BASE_URL: z.string().url().default('https://api.openai.com/v1'),
+  OPENROUTER_BASE_URL: z.string().url().default('https://openrouter.ai/api/v1'),
+  /** How long a verified project secret is trusted before it is read again. */
+  SECRET_CACHE_SECONDS: z.coerce.number().int().min(0).default(60),
+  /** Upstream request time-out for a provider call. */
+  UPSTREAM_TIMEOUT_MS: z.coerce.number().int().positive().default(600_000),
+  /** A reservation older than this is considered abandoned and is settled by the sweep. */
+  RESERVATION_TTL_SECONDS: z.coerce.number().int().positive().default(1_200),
+  DEFAULT_MODEL: z.string().default('claude-sonnet-4-5'),
+});
+
+export type Env = z.infer<typeof EnvSchema>;
+
+let cached: Env | undefined;
+
+export function env(): Env {
+  cached ??= EnvSchema.parse(process.env);
+  return cached;
+}
+
+/** Tests and the local runtime change the environment before handlers load; this forgets the parsed copy. */
+export function resetEnv(): void {
+  cached = undefined;
+}

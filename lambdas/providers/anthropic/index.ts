@@ -1,0 +1,53 @@
+import type Anthropic from '@anthropic-ai/sdk';
+import { upstreamUnreachable } from '../errors.ts';
+import type { CountResult, Provider, ProviderRequest, ProviderResult } from '../types.ts';
+import { endpoint, upstreamHeaders } from './api.ts';
+import { errorResult } from './errors.ts';
+import { withIdleTimeout } from '../../streaming/idle-timeout.ts';
+
+/**
+ * Anthropic is the gateway's own format, so nothing is translated: the client's bytes go up unchanged and the
+ * upstream's bytes (JSON or SSE, event lines included) come back unchanged, chunk by chunk.
+ */
+async function call(req: ProviderRequest, path: string): Promise<Response> {
+  return fetch(endpoint(req, path), {
+    method: 'POST',
+    headers: upstreamHeaders(req),
+    body: req.rawBody,
+    signal: AbortSignal.any([req.signal, AbortSignal.timeout(req.timeoutMs)]),
+  });
+}
+
+export const anthropicProvider: Provider = {
+  id: 'anthropic',
+
+  async send(req): Promise<ProviderResult> {
+    let res: Response;
+    try {
+      res = await call(req, '/v1/messages');
+    } catch (err) {
+      return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
+    }
+    if (!res.ok) return errorResult(res);
+    if (req.body.stream === true && res.body && (res.headers.get('content-type') ?? '').includes('text/event-stream')) {
+      return { kind: 'stream', body: withIdleTimeout(res.body, req.timeoutMs) };
+    }
+    try {
+      return { kind: 'message', message: (await res.json()) as Anthropic.Message };
+    } catch (err) {
+      return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
+    }
+  },
+
+  async countTokens(req): Promise<CountResult> {
+    let res: Response;
+    try {
+      res = await call(req, '/v1/messages/count_tokens');
+    } catch (err) {
+      return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
+    }
+    if (!res.ok) return errorResult(res);
+    const body = (await res.json()) as { input_tokens: number };
+    return { kind: 'count', input_tokens: body.input_tokens, estimated: false };
+  },
+};

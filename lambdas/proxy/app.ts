@@ -1,0 +1,32 @@
+import { randomBytes } from 'node:crypto';
+import { Router } from '../http/router.ts';
+import { logger } from '../observability/logger.ts';
+import { metrics, MetricUnit } from '../observability/metrics.ts';
+import { errorResponse } from './errors.ts';
+import { handleCountTokens, handleMessages } from './messages.ts';
+import { getModel, listModels } from './models.ts';
+
+/** The channeling URL: Anthropic's Messages API, metered. Every response carries a `request-id`. */
+export function proxyApp(): { fetch(req: Request): Promise<Response> } {
+  const router = new Router({
+    notFound: (req) => errorResponse(404, 'not_found_error', `No route for ${req.method} ${new URL(req.url).pathname}`),
+    onError: (err) => {
+      logger.error('proxy request failed', { error: err as Error });
+      return errorResponse(500, 'api_error', 'The gateway failed to handle this request');
+    },
+  })
+    .on('POST', '/v1/messages', handleMessages)
+    .on('POST', '/v1/messages/count_tokens', handleCountTokens)
+    .on('GET', '/v1/models', listModels)
+    .on('GET', '/v1/models/{id}', (req, { id }) => getModel(req, id!));
+
+  return {
+    async fetch(req) {
+      const res = await router.fetch(req);
+      if (res.status >= 500) metrics.addMetric('Errors', MetricUnit.Count, 1);
+      const headers = new Headers(res.headers);
+      headers.set('request-id', `req_gw_${randomBytes(12).toString('hex')}`);
+      return new Response(res.body, { status: res.status, statusText: res.statusText, headers });
+    },
+  };
+}

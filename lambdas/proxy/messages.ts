@@ -1,0 +1,238 @@
+import type { Caller } from '../auth/claims.ts';
+import { reserve, settle, type Reservation } from '../budgets/ledger.ts';
+import { env } from '../config/env.ts';
+import { readJson } from '../http/router.ts';
+import { logger } from '../observability/logger.ts';
+import { metrics, MetricUnit } from '../observability/metrics.ts';
+import { charge, priceFor, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
+import { anthropicApiKey } from '../providers/anthropic/credentials.ts';
+import { anthropicError } from '../providers/errors.ts';
+import { PROVIDERS } from '../providers/index.ts';
+import type { MessagesRequest, Provider, ProviderRequest, ProviderResult } from '../providers/types.ts';
+import { providerKeyFor } from '../registry/registry.ts';
+import { cachedProject } from '../registry/project-cache.ts';
+import type { Project } from '../registry/model.ts';
+import { routeModel, type Route } from '../routing/route.ts';
+import { encodeSse } from '../streaming/sse.ts';
+import { authenticate } from './caller.ts';
+import { envelopeResponse, errorResponse } from './errors.ts';
+import { worstCaseMicros } from './estimate.ts';
+import { CountTokensBody, describeIssue, MessagesBody } from './schema.ts';
+import { StreamMeter } from './stream-meter.ts';
+
+/** Headers on a non-streamed answer: what this request cost and what is left of the window's AI budget. */
+export const COST_HEADER = 'x-gateway-cost-microdollars';
+export const REMAINING_HEADER = 'x-gateway-budget-remaining-microdollars';
+
+const PROVIDER_LABEL = { anthropic: 'Anthropic', openai: 'OpenAI', openrouter: 'OpenRouter' } as const;
+
+interface Prepared {
+  caller: Caller;
+  body: MessagesRequest;
+  rawBody: string;
+  route: Route;
+  provider: Provider;
+  project: Project;
+  apiKey: string;
+}
+
+/** Auth, validation, routing and the provider credential: everything before money is involved. */
+async function prepare(req: Request, schema: typeof MessagesBody | typeof CountTokensBody): Promise<Prepared | Response> {
+  const auth = await authenticate(req);
+  if ('response' in auth) return auth.response;
+  const rawBody = await req.text();
+  const json = await readJson(new Request(req.url, { method: 'POST', body: rawBody }));
+  if (!json.ok) return errorResponse(400, 'invalid_request_error', json.message);
+  const parsed = schema.safeParse(json.value);
+  if (!parsed.success) return errorResponse(400, 'invalid_request_error', describeIssue(parsed.error));
+  const body = parsed.data as unknown as MessagesRequest;
+
+  const route = routeModel(body.model);
+  const provider = PROVIDERS[route.provider];
+  if (!provider) {
+    return errorResponse(400, 'invalid_request_error', `Model "${body.model}" routes to ${PROVIDER_LABEL[route.provider]}, which this gateway does not serve yet`);
+  }
+  const project = await cachedProject(auth.caller.projectId);
+  if (!project) return errorResponse(401, 'authentication_error', 'Token issuer is not a known project');
+  let apiKey: string | undefined;
+  if (route.provider === 'anthropic') apiKey = await anthropicApiKey();
+  else {
+    apiKey = await providerKeyFor(project, route.provider);
+    if (!apiKey) {
+      return errorResponse(
+        400,
+        'invalid_request_error',
+        `Model "${body.model}" routes to ${PROVIDER_LABEL[route.provider]}, but project ${project.projectId} has no ${PROVIDER_LABEL[route.provider]} API key (${route.provider}); the project owner sets it with "gateway project set-provider-key --provider ${route.provider}"`,
+      );
+    }
+  }
+  return { caller: auth.caller, body, rawBody, route, provider, project, apiKey };
+}
+
+function providerRequest(p: Prepared, req: Request, signal: AbortSignal): ProviderRequest {
+  const { ANTHROPIC_BASE_URL, OPENAI_BASE_URL, OPENROUTER_BASE_URL, UPSTREAM_TIMEOUT_MS } = env();
+  const baseUrl = { anthropic: ANTHROPIC_BASE_URL, openai: OPENAI_BASE_URL, openrouter: OPENROUTER_BASE_URL }[p.route.provider];
+  return {
+    body: p.body,
+    rawBody: p.rawBody,
+    upstreamModel: p.route.upstreamModel,
+    baseUrl,
+    apiKey: p.apiKey,
+    headers: {
+      anthropicVersion: req.headers.get('anthropic-version') ?? undefined,
+      anthropicBeta: req.headers.get('anthropic-beta') ?? undefined,
+    },
+    signal,
+    timeoutMs: UPSTREAM_TIMEOUT_MS,
+  };
+}
+
+/** The project's custom price for the name the client used, else for the upstream name, else the catalog. */
+function pricingFor(p: Prepared): ModelPricing | undefined {
+  const custom = p.project.pricing[p.body.model];
+  if (custom) return priceFor(p.body.model, p.route.provider, { [p.body.model]: custom });
+  return priceFor(p.route.upstreamModel, p.route.provider, p.project.pricing);
+}
+
+async function settleCharge(reservation: Reservation, microdollars: number, context: Record<string, unknown>) {
+  try {
+    const outcome = await settle(reservation, { ai: microdollars, compute: 0 });
+    metrics.addMetric('SpendMicrodollars', MetricUnit.Count, microdollars);
+    return outcome;
+  } catch (err) {
+    // The hold stays; it expires and the sweep charges its worst case. Never lose the answer over the ledger.
+    metrics.addMetric('LedgerErrors', MetricUnit.Count, 1);
+    logger.error('settle failed', { error: err as Error, reservationId: reservation.id, ...context });
+    return undefined;
+  }
+}
+
+export async function handleMessages(req: Request): Promise<Response> {
+  metrics.addMetric('Requests', MetricUnit.Count, 1);
+  const prepared = await prepare(req, MessagesBody);
+  if (prepared instanceof Response) return prepared;
+  const { caller, body } = prepared;
+
+  const pricing = pricingFor(prepared);
+  if (!pricing) {
+    return errorResponse(
+      400,
+      'invalid_request_error',
+      `Model "${body.model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${body.model}"`,
+    );
+  }
+  const worstCase = worstCaseMicros(pricing, body);
+  const admitted = await reserve({ caller, amounts: { ai: worstCase, compute: 0 }, enforce: ['ai'] });
+  if (!admitted.ok) {
+    const { used, reserved } = admitted.usage;
+    return errorResponse(
+      429,
+      'rate_limit_error',
+      `AI budget exhausted: ${used.ai + reserved.ai} of ${caller.budget.ai} microdollars used or reserved in the current ${caller.budget.window} window (started ${admitted.usage.key.windowStart})`,
+    );
+  }
+  const { reservation } = admitted;
+  const abort = new AbortController();
+  const started = Date.now();
+  let result: ProviderResult;
+  try {
+    result = await prepared.provider.send(providerRequest(prepared, req, abort.signal));
+  } catch (err) {
+    await settleCharge(reservation, 0, { model: body.model });
+    throw err;
+  }
+  metrics.addMetric('UpstreamLatency', MetricUnit.Milliseconds, Date.now() - started);
+  const context = { model: body.model, provider: prepared.route.provider };
+
+  if (result.kind === 'error') {
+    await settleCharge(reservation, 0, context);
+    return envelopeResponse(result.status, result.body);
+  }
+
+  if (result.kind === 'message') {
+    const micros = result.reportedCostMicros ?? charge(pricing, usageOf(result.message.usage)).microdollars;
+    const outcome = await settleCharge(reservation, micros, context);
+    const headers: Record<string, string> = { [COST_HEADER]: String(micros) };
+    if (outcome?.used) headers[REMAINING_HEADER] = String(Math.max(0, caller.budget.ai - outcome.used.ai - (outcome.reserved?.ai ?? 0)));
+    return Response.json(result.message, { headers });
+  }
+
+  return new Response(meteredStream(result, pricing, reservation, abort, context), {
+    headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' },
+  });
+}
+
+function usageOf(u: TokenUsage & { cache_creation?: { ephemeral_1h_input_tokens?: number } | null }): TokenUsage {
+  return { ...u, cache_creation_1h_input_tokens: u.cache_creation?.ephemeral_1h_input_tokens ?? 0 };
+}
+
+/**
+ * Passes the provider's SSE bytes through as they arrive while the meter reads the usage. The charge is settled
+ * before the stream closes (so a Lambda never freezes with it pending); a broken upstream becomes an `event: error`;
+ * a client that goes away aborts the upstream and is charged for what was produced.
+ */
+function meteredStream(
+  result: Extract<ProviderResult, { kind: 'stream' }>,
+  pricing: ModelPricing,
+  reservation: Reservation,
+  abort: AbortController,
+  context: Record<string, unknown>,
+): ReadableStream<Uint8Array> {
+  const reader = result.body.getReader();
+  const meter = new StreamMeter();
+  let settled: Promise<unknown> | undefined;
+  const finish = () => {
+    settled ??= (() => {
+      meter.end();
+      const micros = result.reportedCostMicros?.() ?? charge(pricing, meter.tokens()).microdollars;
+      return settleCharge(reservation, micros, context);
+    })();
+    return settled;
+  };
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        try {
+          const { done, value } = await reader.read();
+          if (done) {
+            await finish();
+            controller.close();
+            return;
+          }
+          meter.push(value);
+          controller.enqueue(value);
+        } catch (err) {
+          if (abort.signal.aborted) return;
+          const timedOut = (err as { name?: string })?.name === 'TimeoutError';
+          logger.warn('upstream stream failed', { ...context, error: (err as Error)?.message });
+          metrics.addMetric('Errors', MetricUnit.Count, 1);
+          controller.enqueue(
+            encodeSse(
+              'error',
+              anthropicError('api_error', timedOut ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream'),
+            ),
+          );
+          await finish();
+          controller.close();
+        }
+      },
+      async cancel() {
+        abort.abort();
+        await reader.cancel().catch(() => undefined);
+        await finish();
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+export async function handleCountTokens(req: Request): Promise<Response> {
+  const prepared = await prepare(req, CountTokensBody);
+  if (prepared instanceof Response) return prepared;
+  const result = await prepared.provider.countTokens(providerRequest(prepared, req, new AbortController().signal));
+  if (result.kind === 'error') return envelopeResponse(result.status, result.body);
+  return Response.json(
+    { input_tokens: result.input_tokens },
+    { headers: result.estimated ? { 'x-gateway-token-count': 'estimate' } : {} },
+  );
+}

@@ -1,0 +1,30 @@
+import { z } from 'zod';
+
+/**
+ * What the gateway itself needs from a Messages request. Every other field of Anthropic's format is kept exactly as
+ * sent (loose objects), because the body goes upstream unchanged.
+ */
+const Block = z.looseObject({ type: z.string({ error: 'each content block needs a string "type"' }) });
+
+const Message = z.looseObject({
+  role: z.enum(['user', 'assistant']),
+  content: z.union([z.string(), z.array(Block)], { error: 'content must be a string or an array of content blocks' }),
+});
+
+export const MessagesBody = z.looseObject({
+  model: z.string({ error: 'model is required and must be a string' }).min(1, 'model must not be empty'),
+  max_tokens: z.number({ error: 'max_tokens is required and must be an integer' }).int('max_tokens must be an integer').positive('max_tokens must be at least 1'),
+  messages: z.array(Message, { error: 'messages is required and must be an array' }),
+  system: z.union([z.string(), z.array(Block)], { error: 'system must be a string or an array of text blocks' }).optional(),
+  stream: z.boolean({ error: 'stream must be a boolean' }).optional(),
+});
+
+export const CountTokensBody = MessagesBody.omit({ max_tokens: true, stream: true });
+
+/** "messages.0.role: Invalid option…" — the first problem, naming the field. */
+export function describeIssue(error: z.ZodError): string {
+  const issue = error.issues[0];
+  if (!issue) return 'Invalid request body';
+  const path = issue.path.join('.');
+  return path && !issue.message.startsWith(path) ? `${path}: ${issue.message}` : issue.message;
+}

@@ -1,0 +1,139 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { env } from '../config/env.ts';
+import { documentClient, isConditionFailure } from '../store/dynamo.ts';
+import { keyCipher } from './key-cipher.ts';
+import { Developer, Project, type CustomPrice, type ProjectProvider } from './model.ts';
+
+/** Raised for an operator's mistake (unknown id, duplicate id): the CLI prints the message as it is. */
+export class RegistryError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RegistryError';
+  }
+}
+
+const developerKey = (id: string) => ({ pk: `developer#${id}` });
+const projectKey = (id: string) => ({ pk: `project#${id}` });
+const table = () => env().REGISTRY_TABLE;
+const newSecret = () => randomBytes(32).toString('base64url');
+
+export async function createDeveloper(input: { developerId: string; planSeconds: number; poolSeconds?: number }): Promise<Developer> {
+  const developer = Developer.parse({
+    developerId: input.developerId,
+    planSeconds: input.planSeconds,
+    poolSeconds: input.poolSeconds ?? 0,
+    createdAt: new Date().toISOString(),
+  });
+  try {
+    await documentClient().send(
+      new PutCommand({
+        TableName: table(),
+        Item: { ...developerKey(developer.developerId), kind: 'developer', ...developer },
+        ConditionExpression: 'attribute_not_exists(pk)',
+      }),
+    );
+  } catch (err) {
+    if (isConditionFailure(err)) throw new RegistryError(`Developer ${developer.developerId} already exists`);
+    throw err;
+  }
+  return developer;
+}
+
+export async function getDeveloper(developerId: string): Promise<Developer | undefined> {
+  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: developerKey(developerId), ConsistentRead: true }));
+  return out.Item ? Developer.parse(out.Item) : undefined;
+}
+
+export async function createProject(input: { developerId: string; projectId?: string }): Promise<Project> {
+  if (!(await getDeveloper(input.developerId))) throw new RegistryError(`Developer ${input.developerId} does not exist`);
+  const project = Project.parse({
+    projectId: input.projectId ?? `prj_${randomUUID().replaceAll('-', '').slice(0, 20)}`,
+    developerId: input.developerId,
+    secret: newSecret(),
+    providerKeys: {},
+    pricing: {},
+    createdAt: new Date().toISOString(),
+  });
+  try {
+    await documentClient().send(
+      new PutCommand({
+        TableName: table(),
+        Item: { ...projectKey(project.projectId), kind: 'project', ...project },
+        ConditionExpression: 'attribute_not_exists(pk)',
+      }),
+    );
+  } catch (err) {
+    if (isConditionFailure(err)) throw new RegistryError(`Project ${project.projectId} already exists`);
+    throw err;
+  }
+  return project;
+}
+
+export async function getProject(projectId: string): Promise<Project | undefined> {
+  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: projectKey(projectId), ConsistentRead: true }));
+  return out.Item ? Project.parse(out.Item) : undefined;
+}
+
+async function updateProject(projectId: string, update: { expression: string; names?: Record<string, string>; values: Record<string, unknown> }): Promise<Project> {
+  try {
+    const out = await documentClient().send(
+      new UpdateCommand({
+        TableName: table(),
+        Key: projectKey(projectId),
+        UpdateExpression: update.expression,
+        ConditionExpression: 'attribute_exists(pk)',
+        ExpressionAttributeNames: update.names,
+        ExpressionAttributeValues: update.values,
+        ReturnValues: 'ALL_NEW',
+      }),
+    );
+    return Project.parse(out.Attributes);
+  } catch (err) {
+    if (isConditionFailure(err)) throw new RegistryError(`Project ${projectId} does not exist`);
+    throw err;
+  }
+}
+
+/** Replaces the HMAC secret: tokens signed with the old one stop working once instances' caches expire. */
+export async function rotateProjectSecret(projectId: string): Promise<Project> {
+  return updateProject(projectId, {
+    expression: 'SET secret = :s, secretRotatedAt = :t',
+    values: { ':s': newSecret(), ':t': new Date().toISOString() },
+  });
+}
+
+export async function setProviderKey(projectId: string, provider: ProjectProvider, apiKey: string): Promise<void> {
+  const ciphertext = await keyCipher().encrypt(apiKey, { projectId });
+  await updateProject(projectId, {
+    expression: 'SET providerKeys.#p = :k',
+    names: { '#p': provider },
+    values: { ':k': ciphertext },
+  });
+}
+
+/** The provider key in clear, for the one call that needs it; undefined when the project has none. */
+export async function providerKeyFor(project: Project, provider: ProjectProvider): Promise<string | undefined> {
+  const ciphertext = project.providerKeys[provider];
+  return ciphertext ? keyCipher().decrypt(ciphertext, { projectId: project.projectId }) : undefined;
+}
+
+export async function setModelPricing(projectId: string, model: string, price: CustomPrice): Promise<Project> {
+  return updateProject(projectId, {
+    expression: 'SET pricing.#m = :p',
+    names: { '#m': model },
+    values: { ':p': price },
+  });
+}
+
+/** What an operator may see of a project: everything but the secret's value and the provider keys' values. */
+export function describeProject(project: Project) {
+  return {
+    projectId: project.projectId,
+    developerId: project.developerId,
+    providerKeys: Object.keys(project.providerKeys),
+    pricing: project.pricing,
+    createdAt: project.createdAt,
+    secretRotatedAt: project.secretRotatedAt,
+  };
+}

@@ -1,0 +1,36 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { env } from '../config/env.ts';
+
+let client: DynamoDBDocumentClient | undefined;
+
+/** One document client per process, pointed at DynamoDB Local when DYNAMODB_ENDPOINT is set. */
+export function documentClient(): DynamoDBDocumentClient {
+  if (!client) {
+    const { DYNAMODB_ENDPOINT, AWS_REGION } = env();
+    const base = new DynamoDBClient({
+      region: AWS_REGION,
+      ...(DYNAMODB_ENDPOINT
+        ? { endpoint: DYNAMODB_ENDPOINT, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } }
+        : {}),
+    });
+    client = DynamoDBDocumentClient.from(base, { marshallOptions: { removeUndefinedValues: true } });
+  }
+  return client;
+}
+
+export function resetDocumentClient(): void {
+  client?.destroy();
+  client = undefined;
+}
+
+/** True when the error is DynamoDB refusing a write because its condition did not hold. */
+export function isConditionFailure(err: unknown): boolean {
+  return (
+    typeof err === 'object' &&
+    err !== null &&
+    'name' in err &&
+    ((err as { name: string }).name === 'ConditionalCheckFailedException' ||
+      (err as { name: string }).name === 'TransactionCanceledException')
+  );
+}
