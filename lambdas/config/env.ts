@@ -31,7 +31,7 @@ const EnvSchema = z.object({
   UPSTREAM_TIMEOUT_MS: z.coerce.number().int().positive().default(600_000),
   /** A reservation older than this is considered abandoned and is settled by the sweep. */
   RESERVATION_TTL_SECONDS: z.coerce.number().int().positive().default(1_200),
-  DEFAULT_MODEL: z.string().default('claude-sonnet-4-5'),
+  DEFAULT_MODEL: z.string().default('claude-sonnet-4-6'),
 });
 
 export type Env = z.infer<typeof EnvSchema>;

@@ -1,4 +1,5 @@
 import { findProvider } from '@pydantic/genai-prices';
+import { priceFor } from '../pricing/prices.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import { authenticate } from './caller.ts';
 import { errorResponse } from './errors.ts';
@@ -20,7 +21,8 @@ let catalog: ModelInfo[] | undefined;
 function catalogModels(): ModelInfo[] {
   catalog ??= (['anthropic', 'openai'] as const).flatMap((providerId) =>
     (findProvider({ providerId })?.models ?? [])
-      .filter((m) => !Array.isArray(m.prices) && (m.prices as Record<string, unknown>).output_mtok !== undefined)
+      // The same resolution the proxy charges with, so every listed model is one a request can be metered for.
+      .filter((m) => priceFor(m.id, providerId) !== undefined)
       .map((m) => ({ type: 'model' as const, id: m.id, display_name: m.name ?? m.id, created_at: EPOCH })),
   );
   return catalog;

@@ -22,7 +22,14 @@ export interface TestGateway extends RunningGateway {
 
 /** A whole local gateway on fresh tables of the run's shared DynamoDB Local, with simulated upstreams. */
 export async function startTestGateway(opts: Omit<GatewayOptions, 'dynamoEndpoint'> = {}): Promise<TestGateway> {
-  const gw = await startGateway({ simulateUpstreams: true, tablePrefix: `t${randomBytes(5).toString('hex')}`, ...opts, dynamoEndpoint: inject('dynamoEndpoint') });
+  const gw = await startGateway({
+    simulateUpstreams: true,
+    tablePrefix: `t${randomBytes(5).toString('hex')}`,
+    ...opts,
+    // Registry changes (pricing, keys) made mid-test must be seen at once, not after the per-instance cache expires.
+    env: { SECRET_CACHE_SECONDS: '0', ...opts.env },
+    dynamoEndpoint: inject('dynamoEndpoint'),
+  });
   const developerId = `dev-${randomBytes(4).toString('hex')}`;
   await createDeveloper({ developerId, planSeconds: 1_000_000 });
   const project = await createProject({ developerId });

@@ -536,6 +536,8 @@ export async function startHttpServer(
           body,
         };
         requests.push(record);
+        if (res.writableEnded || res.destroyed) record.outcome = res.writableFinished ? 'completed' : 'client_closed';
+        else res.once('close', () => (record.outcome = res.writableFinished ? 'completed' : 'client_closed'));
         const call: IncomingCall = { req, res, record, invalidJson };
         try {
           await handler(call);

@@ -14,6 +14,8 @@ export interface RecordedRequest {
   headers: Record<string, string>;
   /** The parsed JSON body, or `undefined` when the body was empty or not valid JSON. */
   body: unknown;
+  /** Set when the exchange ends: `completed` if the reply was sent whole, `client_closed` if the caller went away first. */
+  outcome?: 'completed' | 'client_closed';
 }
 
 export interface SimulatedUpstream {
