@@ -1,0 +1,207 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from '../bin/local/dynamodb.ts';
+import { reserve, settle } from '../lambdas/budgets/ledger.ts';
+
+/**
+ * `npm run bench`: the proxy's overhead. The same requests go (a) straight to the simulated Anthropic upstream and
+ * (b) through the gateway (auth, pricing, reservation and settlement on DynamoDB Local, SSE pass-through) to that
+ * same upstream. Upstream, gateway and load generator are three processes. Results go to docs/benchmarks.md.
+ *
+ * Knobs: BENCH_REQUESTS (per scenario, default 400), BENCH_CONCURRENCY (default 8), BENCH_WARMUP (default 40).
+ */
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 400);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 40);
+const MODEL = 'claude-sonnet-4-6';
+const PROMPT = 'Benchmark [[words:20]]';
+
+function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
+  return new Promise((resolve, reject) => {
+    let buffer = '';
+    const timer = setTimeout(() => reject(new Error(`timed out waiting for ${pattern}\n${buffer}`)), timeoutMs);
+    const onData = (d: Buffer) => {
+      buffer += d.toString();
+      const m = buffer.match(pattern);
+      if (m) {
+        clearTimeout(timer);
+        child.stdout?.off('data', onData);
+        resolve(m);
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`process exited (${code}) before ready\n${buffer}`)));
+  });
+}
+
+interface Scenario {
+  name: string;
+  url: string;
+  headers: Record<string, string>;
+  stream: boolean;
+}
+
+async function once(s: Scenario): Promise<{ total: number; firstByte: number }> {
+  const started = performance.now();
+  const res = await fetch(`${s.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', ...s.headers },
+    body: JSON.stringify({ model: MODEL, max_tokens: 64, stream: s.stream, messages: [{ role: 'user', content: PROMPT }] }),
+  });
+  if (res.status !== 200) throw new Error(`${s.name}: HTTP ${res.status} ${await res.text()}`);
+  const reader = res.body!.getReader();
+  let firstByte = 0;
+  for (;;) {
+    const { done } = await reader.read();
+    if (!firstByte) firstByte = performance.now() - started;
+    if (done) break;
+  }
+  return { total: performance.now() - started, firstByte };
+}
+
+async function run(s: Scenario, count: number) {
+  const totals: number[] = [];
+  const firstBytes: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < count) {
+        next++;
+        const r = await once(s);
+        totals.push(r.total);
+        firstBytes.push(r.firstByte);
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+  return { p50: pct(totals, 50), p99: pct(totals, 99), ttfb50: pct(firstBytes, 50), rps: count / seconds };
+}
+
+async function main() {
+  const dataDir = mkdtempSync(join(tmpdir(), 'gateway-bench-'));
+  const children: ChildProcess[] = [];
+  try {
+    const upstream = spawn(process.execPath, ['--import', 'tsx', 'bench/upstream-server.ts'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(upstream);
+    const upstreamUrl = (await waitForLine(upstream, /(http:\/\/[\d.:]+)\n/, 30_000))[1]!;
+
+    const port = await freePort();
+    const gateway = spawn(process.execPath, ['--import', 'tsx', 'bin/local.ts'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, ANTHROPIC_API_KEY: 'sk-bench', ANTHROPIC_BASE_URL: upstreamUrl, POWERTOOLS_LOG_LEVEL: 'ERROR' },
+    });
+    children.push(gateway);
+    await waitForLine(gateway, /Press Ctrl-C to stop/, 120_000);
+    const token = readFileSync(join(dataDir, 'dev-token.txt'), 'utf8').trim();
+    const gatewayUrl = `http://127.0.0.1:${port}`;
+
+    const scenarios: Scenario[] = [
+      { name: 'direct, JSON', url: upstreamUrl, headers: { 'x-api-key': 'sk-bench' }, stream: false },
+      { name: 'gateway, JSON', url: gatewayUrl, headers: { 'x-api-key': token }, stream: false },
+      { name: 'direct, SSE', url: upstreamUrl, headers: { 'x-api-key': 'sk-bench' }, stream: true },
+      { name: 'gateway, SSE', url: gatewayUrl, headers: { 'x-api-key': token }, stream: true },
+    ];
+    const results: Record<string, Awaited<ReturnType<typeof run>>> = {};
+    for (const s of scenarios) {
+      await run(s, WARMUP);
+      results[s.name] = await run(s, REQUESTS);
+      const r = results[s.name]!;
+      console.log(`${s.name.padEnd(14)} p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  first byte p50 ${r.ttfb50.toFixed(2)} ms  ${r.rps.toFixed(0)} req/s`);
+    }
+    results['ledger only'] = await ledgerOnly(dataDir);
+    const l = results['ledger only'];
+    console.log(`ledger only    p50 ${l.p50.toFixed(2)} ms  p99 ${l.p99.toFixed(2)} ms  (one reserve + one settle on DynamoDB Local, ${CONCURRENCY} concurrent)`);
+    writeReport(results);
+  } finally {
+    for (const c of children) c.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 1500));
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+/** The ledger's share: reserve + settle against the gateway's own DynamoDB Local, same concurrency, one user. */
+async function ledgerOnly(dataDir: string) {
+  const runtime = JSON.parse(readFileSync(join(dataDir, 'runtime.json'), 'utf8')) as { dynamoEndpoint: string; tables: Record<string, string> };
+  Object.assign(process.env, { DYNAMODB_ENDPOINT: runtime.dynamoEndpoint, ...runtime.tables, AWS_ACCESS_KEY_ID: 'local', AWS_SECRET_ACCESS_KEY: 'local' });
+  const caller = { projectId: 'bench', userId: 'ledger', budget: { ai: Number.MAX_SAFE_INTEGER, compute: 0, window: 'day' as const } };
+  const pass = async (count: number) => {
+    const times: number[] = [];
+    let next = 0;
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        while (next < count) {
+          next++;
+          const t = performance.now();
+          const r = await reserve({ caller, amounts: { ai: 100, compute: 0 }, enforce: ['ai'] });
+          if (r.ok) await settle(r.reservation, { ai: 66, compute: 0 });
+          times.push(performance.now() - t);
+        }
+      }),
+    );
+    return { times, seconds: (performance.now() - started) / 1000 };
+  };
+  await pass(WARMUP);
+  const { times, seconds } = await pass(REQUESTS);
+  times.sort((a, b) => a - b);
+  const at = (p: number) => times[Math.min(times.length - 1, Math.floor((p / 100) * times.length))]!;
+  return { p50: at(50), p99: at(99), ttfb50: at(50), rps: REQUESTS / seconds };
+}
+
+function writeReport(results: Record<string, { p50: number; p99: number; ttfb50: number; rps: number }>) {
+  const row = (name: string) => {
+    const r = results[name]!;
+    return `| ${name} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.ttfb50.toFixed(2)} | ${r.rps.toFixed(0)} |`;
+  };
+  const overhead = (kind: 'JSON' | 'SSE') => {
+    const d = results[`direct, ${kind}`]!;
+    const g = results[`gateway, ${kind}`]!;
+    return `${kind}: +${(g.p50 - d.p50).toFixed(2)} ms at p50, +${(g.p99 - d.p99).toFixed(2)} ms at p99`;
+  };
+  const section = [
+    '## Proxy overhead',
+    '',
+    'Command: `npm run bench` ' + `(BENCH_REQUESTS=${REQUESTS}, BENCH_CONCURRENCY=${CONCURRENCY}, BENCH_WARMUP=${WARMUP}).`,
+    '',
+    `Measured ${new Date().toISOString().slice(0, 10)} on ${availableParallelism()} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'}), Node ${process.version}.`,
+    `Each request: \`${MODEL}\`, max_tokens 64, a 20-word answer from the simulated upstream. Upstream, gateway`,
+    'and load generator are separate processes on the same machine, so they compete for its cores; the gateway',
+    'path includes token verification, pricing, the DynamoDB Local reservation and settlement (two conditional writes)',
+    'and, for SSE, metering every event it passes through.',
+    '',
+    '| scenario | p50 ms | p99 ms | first byte p50 ms | req/s |',
+    '|---|---|---|---|---|',
+    row('direct, JSON'),
+    row('gateway, JSON'),
+    row('direct, SSE'),
+    row('gateway, SSE'),
+    row('ledger only'),
+    '',
+    '"ledger only" is one reservation and one settlement on DynamoDB Local at the same concurrency, with no HTTP:',
+    "the share of the gateway's overhead that belongs to the local store. DynamoDB Local is a Java process writing",
+    'to SQLite and serialises writes to one item; DynamoDB itself answers a conditional write in single-digit',
+    'milliseconds, so in AWS this share is far smaller.',
+    '',
+    `Overhead — ${overhead('JSON')}; ${overhead('SSE')}.`,
+    '',
+  ].join('\n');
+  const file = 'docs/benchmarks.md';
+  let doc = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\n';
+  const start = doc.indexOf('## Proxy overhead');
+  if (start === -1) doc = `${doc.trimEnd()}\n\n${section}`;
+  else {
+    const nextHeading = doc.indexOf('\n## ', start + 1);
+    doc = doc.slice(0, start) + section + (nextHeading === -1 ? '' : doc.slice(nextHeading + 1));
+  }
+  writeFileSync(file, doc.endsWith('\n') ? doc : `${doc}\n`);
+  console.log(`\nWrote ${file}`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
