@@ -1,4 +1,4 @@
-import Anthropic from '@anthropic-ai/sdk';
+import Anthropic, { APIError } from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
@@ -35,7 +35,7 @@ const body = (content: string, max_tokens = 100) => ({ model: 'claude-sonnet-4-6
 describe('upstream failures', () => {
   it('upstream 500 → 500 api_error, nothing charged, no reservation left', async () => {
     const u = await user();
-    const err = (await u.client.messages.create(body('[[error:500]]')).catch((e: unknown) => e)) as Anthropic.APIError;
+    const err = (await u.client.messages.create(body('[[error:500]]')).catch((e: unknown) => e)) as APIError;
     expect(err).toBeInstanceOf(Anthropic.InternalServerError);
     expect(err.status).toBe(500);
     expect((err.error as { error: { type: string } }).error.type).toBe('api_error');
@@ -47,10 +47,10 @@ describe('upstream failures', () => {
 
   it('upstream 529 and 429 pass through with their own type', async () => {
     const u = await user();
-    const overloaded = (await u.client.messages.create(body('[[error:529]]')).catch((e: unknown) => e)) as Anthropic.APIError;
+    const overloaded = (await u.client.messages.create(body('[[error:529]]')).catch((e: unknown) => e)) as APIError;
     expect(overloaded.status).toBe(529);
     expect((overloaded.error as { error: { type: string } }).error.type).toBe('overloaded_error');
-    const limited = (await u.client.messages.create(body('[[error:429]]')).catch((e: unknown) => e)) as Anthropic.APIError;
+    const limited = (await u.client.messages.create(body('[[error:429]]')).catch((e: unknown) => e)) as APIError;
     expect(limited).toBeInstanceOf(Anthropic.RateLimitError);
     expect((limited.error as { error: { type: string } }).error.type).toBe('rate_limit_error');
     expect((await u.usage()).openHolds).toBe(0);
@@ -59,7 +59,7 @@ describe('upstream failures', () => {
   it('an upstream that never answers → 500 api_error after the time-out', async () => {
     const u = await user();
     const started = Date.now();
-    const err = (await u.client.messages.create(body('[[hang]]')).catch((e: unknown) => e)) as Anthropic.APIError;
+    const err = (await u.client.messages.create(body('[[hang]]')).catch((e: unknown) => e)) as APIError;
     expect(err).toBeInstanceOf(Anthropic.InternalServerError);
     expect(err.message).toMatch(`did not answer within ${TIMEOUT_MS} ms`);
     expect(Date.now() - started).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
@@ -99,7 +99,7 @@ describe('upstream failures', () => {
     expect(text).toMatch(/event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"The upstream connection failed mid-stream"\}\}\n\n$/);
     // The SDK surfaces it as an error too.
     const sdkErr = await u.client.messages.stream(params).finalMessage().catch((e: unknown) => e);
-    expect(sdkErr).toBeInstanceOf(Anthropic.APIError);
+    expect(sdkErr).toBeInstanceOf(APIError);
     const usage = await settledUsage(u.usage);
     // Each stream: input × $3 + max(3 deltas, ceil(18 chars / 4) = 5) output tokens × $15 ("word1 word2 word3 " is 18 characters).
     expect(usage.used.ai).toBe(2 * (estimateInputTokens(params) * 3 + 5 * 15));

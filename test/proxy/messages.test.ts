@@ -1,4 +1,4 @@
-import Anthropic from '@anthropic-ai/sdk';
+import Anthropic, { APIError } from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { estimateInputTokens, EMPTY_ECHO_TEXT, THINKING_SIGNATURE, THINKING_TEXT } from '../../bin/local/upstreams/script.ts';
@@ -70,7 +70,7 @@ describe('POST /v1/messages (Anthropic path)', () => {
   });
 
   it('accepts the token as x-api-key or Authorization: Bearer', async () => {
-    for (const headers of [{ 'x-api-key': token }, { authorization: `Bearer ${token}` }]) {
+    for (const headers of [{ 'x-api-key': token }, { authorization: `Bearer ${token}` }] as Record<string, string>[]) {
       const res = await fetch(`${gw.url}/v1/messages`, {
         method: 'POST',
         headers: { ...headers, 'content-type': 'application/json' },
@@ -165,15 +165,15 @@ describe('errors in the Anthropic envelope', () => {
     const bad = gw.client('not.a.token');
     const err = await bad.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.AuthenticationError);
-    expect((err as Anthropic.APIError).error).toEqual({ type: 'error', error: { type: 'authentication_error', message: 'Malformed token' } });
-    expect((err as Anthropic.APIError).requestID).toMatch(/^req_gw_/);
+    expect((err as APIError).error).toEqual({ type: 'error', error: { type: 'authentication_error', message: 'Malformed token' } });
+    expect((err as APIError).requestID).toMatch(/^req_gw_/);
   });
 
   it('spent budget → RateLimitError (429)', async () => {
     const broke = gw.client(await gw.token({ user: 'broke', budget: { ai: 0 } }));
     const err = await broke.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.RateLimitError);
-    expect((err as Anthropic.APIError).message).toMatch(/AI budget exhausted: 0 of 0 microdollars/);
+    expect((err as APIError).message).toMatch(/AI budget exhausted: 0 of 0 microdollars/);
   });
 
   it('malformed bodies → BadRequestError naming the field', async () => {
@@ -187,8 +187,8 @@ describe('errors in the Anthropic envelope', () => {
     for (const [body, message] of cases) {
       const err = await client.messages.create(body as never).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(Anthropic.BadRequestError);
-      expect((err as Anthropic.APIError).error).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
-      expect(((err as Anthropic.APIError).error as { error: { message: string } }).error.message).toMatch(message);
+      expect((err as APIError).error).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
+      expect(((err as APIError).error as { error: { message: string } }).error.message).toMatch(message);
     }
     const res = await fetch(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': token }, body: '{not json' });
     expect(res.status).toBe(400);
@@ -198,7 +198,7 @@ describe('errors in the Anthropic envelope', () => {
   it('refuses a model with no price instead of charging $0, and serves it once priced', async () => {
     const err = await client.messages.create({ model: 'claude-imaginary-9', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.BadRequestError);
-    expect(((err as Anthropic.APIError).error as { error: { message: string } }).error.message).toMatch(/^Model "claude-imaginary-9" has no known price/);
+    expect(((err as APIError).error as { error: { message: string } }).error.message).toMatch(/^Model "claude-imaginary-9" has no known price/);
     await gw.setPricing('claude-imaginary-9', { inputUsdPerMtok: 2, outputUsdPerMtok: 4 });
     const { data, response } = await client.messages.create({ model: 'claude-imaginary-9', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }).withResponse();
     expect(Number(response.headers.get('x-gateway-cost-microdollars'))).toBe(Math.ceil(data.usage.input_tokens * 2 + data.usage.output_tokens * 4));

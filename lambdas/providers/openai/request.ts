@@ -395,7 +395,22 @@ export function translateRequest(
   return { params, names, stopSequences };
 }
 
-/** count_tokens for a translated provider: about four characters a token of the translated messages and tools. */
+/** What one image counts in `estimateTokens` (a full-size image costs about this much on most models). */
+export const TOKENS_PER_IMAGE = 1_600;
+
+/**
+ * count_tokens for a translated provider, and the input figure of a stream until the upstream reports its own:
+ * about four characters a token of the translated messages and tools (as JSON), each image counted as
+ * TOKENS_PER_IMAGE instead of the length of its data URL.
+ */
 export function estimateTokens(params: ChatRequest): number {
-  return Math.ceil(JSON.stringify({ messages: params.messages, tools: params.tools }).length / 4);
+  let images = 0;
+  const json = JSON.stringify({ messages: params.messages, tools: params.tools }, (_key, value: unknown) => {
+    if ((value as { type?: unknown } | null)?.type === 'image_url') {
+      images++;
+      return { type: 'image_url' };
+    }
+    return value;
+  });
+  return Math.ceil(json.length / 4) + images * TOKENS_PER_IMAGE;
 }

@@ -16,7 +16,7 @@ import {
 /**
  * Chat Completion chunks → Anthropic stream events.
  *
- *   message_start                      once, at the first chunk (usage: input 0 — the real figures come at the end)
+ *   message_start                      once, at the first chunk (usage: the input estimate — real figures come at the end)
  *   content_block_start/delta/stop     one block at a time, indexes 0, 1, 2…: thinking (thinking_delta), text
  *                                      (text_delta), then one tool_use block per tool call (input_json_delta)
  *   message_delta                      stop_reason + the final usage, once the usage chunk (`choices: []`) came
@@ -51,7 +51,7 @@ export class StreamTranslator {
 
   constructor(
     private readonly ctx: AnswerContext,
-    /** Input tokens to report when the upstream never sends usage. */
+    /** Input tokens to report in message_start, and at the end when the upstream never sends usage. */
     private readonly inputEstimate = 0,
   ) {}
 
@@ -133,7 +133,8 @@ export class StreamTranslator {
       content: [],
       stop_reason: null,
       stop_sequence: null,
-      usage: { input_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 },
+      // The estimate until message_delta brings the upstream's figures: a stream that breaks is still charged input.
+      usage: { input_tokens: this.inputEstimate, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 },
     });
     out.push({ event: 'message_start', data: { type: 'message_start', message } });
   }
