@@ -61,24 +61,31 @@ async function once(s: Scenario): Promise<{ total: number; firstByte: number }> 
   return { total: performance.now() - started, firstByte };
 }
 
-async function run(s: Scenario, count: number) {
-  const totals: number[] = [];
-  const firstBytes: number[] = [];
+/** Runs `task` `count` times, CONCURRENCY at a time; returns each run's result and the wall time in seconds. */
+async function concurrently<T>(count: number, task: () => Promise<T>): Promise<{ results: T[]; seconds: number }> {
+  const results: T[] = [];
   let next = 0;
   const started = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
       while (next < count) {
         next++;
-        const r = await once(s);
-        totals.push(r.total);
-        firstBytes.push(r.firstByte);
+        results.push(await task());
       }
     }),
   );
-  const seconds = (performance.now() - started) / 1000;
-  const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
-  return { p50: pct(totals, 50), p99: pct(totals, 99), ttfb50: pct(firstBytes, 50), rps: count / seconds };
+  return { results, seconds: (performance.now() - started) / 1000 };
+}
+
+function percentile(xs: number[], p: number): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+async function run(s: Scenario, count: number) {
+  const { results, seconds } = await concurrently(count, () => once(s));
+  const totals = results.map((r) => r.total);
+  return { p50: percentile(totals, 50), p99: percentile(totals, 99), ttfb50: percentile(results.map((r) => r.firstByte), 50), rps: count / seconds };
 }
 
 async function main() {
@@ -128,28 +135,16 @@ async function ledgerOnly(dataDir: string) {
   const runtime = JSON.parse(readFileSync(join(dataDir, 'runtime.json'), 'utf8')) as { dynamoEndpoint: string; tables: Record<string, string> };
   Object.assign(process.env, { DYNAMODB_ENDPOINT: runtime.dynamoEndpoint, ...runtime.tables, AWS_ACCESS_KEY_ID: 'local', AWS_SECRET_ACCESS_KEY: 'local' });
   const caller = { projectId: 'bench', userId: 'ledger', budget: { ai: Number.MAX_SAFE_INTEGER, compute: 0, window: 'day' as const } };
-  const pass = async (count: number) => {
-    const times: number[] = [];
-    let next = 0;
-    const started = performance.now();
-    await Promise.all(
-      Array.from({ length: CONCURRENCY }, async () => {
-        while (next < count) {
-          next++;
-          const t = performance.now();
-          const r = await reserve({ caller, amounts: { ai: 100, compute: 0 }, enforce: ['ai'] });
-          if (r.ok) await settle(r.reservation, { ai: 66, compute: 0 });
-          times.push(performance.now() - t);
-        }
-      }),
-    );
-    return { times, seconds: (performance.now() - started) / 1000 };
-  };
+  const pass = (count: number) =>
+    concurrently(count, async () => {
+      const t = performance.now();
+      const r = await reserve({ caller, amounts: { ai: 100, compute: 0 }, enforce: ['ai'] });
+      if (r.ok) await settle(r.reservation, { ai: 66, compute: 0 });
+      return performance.now() - t;
+    });
   await pass(WARMUP);
-  const { times, seconds } = await pass(REQUESTS);
-  times.sort((a, b) => a - b);
-  const at = (p: number) => times[Math.min(times.length - 1, Math.floor((p / 100) * times.length))]!;
-  return { p50: at(50), p99: at(99), ttfb50: at(50), rps: REQUESTS / seconds };
+  const { results: times, seconds } = await pass(REQUESTS);
+  return { p50: percentile(times, 50), p99: percentile(times, 99), ttfb50: percentile(times, 50), rps: REQUESTS / seconds };
 }
 
 function writeReport(results: Record<string, { p50: number; p99: number; ttfb50: number; rps: number }>) {
