@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
 import type { BudgetClaim, Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
 import { documentClient, isConditionFailure } from '../store/dynamo.ts';
@@ -148,7 +150,9 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
       return { ok: true, reservation: { id, key, held: { ...input.amounts }, expiresAt } };
     } catch (err) {
       if (!isConditionFailure(err)) throw err;
-      const item = (err as { Item?: Record<string, unknown> }).Item;
+      // The document client does not translate the item a failed condition returns: it is in wire format.
+      const raw = (err as { Item?: Record<string, AttributeValue> }).Item;
+      const item = raw ? (unmarshall(raw) as Record<string, unknown>) : undefined;
       if (!item || !('holds' in item)) {
         await ensureWindowItem(key);
         continue;

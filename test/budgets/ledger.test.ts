@@ -1,0 +1,329 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
+import {
+  addDeveloperCompute,
+  developerAllowance,
+  developerComputeUsed,
+  readUsage,
+  reserve,
+  settle,
+  sweepExpired,
+  windowFor,
+  type Reservation,
+} from '../../lambdas/budgets/ledger.ts';
+import { env } from '../../lambdas/config/env.ts';
+import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+
+let gw: TestGateway;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+});
+afterAll(async () => {
+  await gw?.stop();
+});
+
+/** A fresh user (hence a fresh usage window) for each case. */
+function caller(budget: Partial<BudgetClaim> = {}) {
+  return {
+    projectId: gw.projectId,
+    userId: `u-${randomBytes(4).toString('hex')}`,
+    budget: { ai: 1_000_000, compute: 3600, window: 'day' as const, ...budget },
+  };
+}
+
+function expectAdmitted(r: Awaited<ReturnType<typeof reserve>>): Reservation {
+  if (!r.ok) throw new Error(`expected admission, got refusal: ${JSON.stringify(r)}`);
+  return r.reservation;
+}
+
+describe('windowFor', () => {
+  it('keys usage by project, user, window kind and window start', () => {
+    const c = { projectId: 'prj_x', userId: 'alice', budget: { ai: 1, compute: 1, window: 'week' as const } };
+    expect(windowFor(c, new Date('2024-03-10T12:00:00Z'))).toEqual({
+      pk: 'usage#prj_x#alice#week#2024-03-04T00:00:00.000Z',
+      projectId: 'prj_x',
+      userId: 'alice',
+      window: 'week',
+      windowStart: '2024-03-04T00:00:00.000Z',
+    });
+  });
+});
+
+describe('reserve under concurrency (DESIGN §3 promise)', () => {
+  it('200 parallel reservations of 7 µ$ against 500 µ$ admit exactly ceil(500/7) = 72, then settle exactly', async () => {
+    const c = caller({ ai: 500 });
+    const results = await Promise.all(Array.from({ length: 200 }, () => reserve({ caller: c, amounts: { ai: 7, compute: 0 }, enforce: ['ai'] })));
+    const admitted = results.filter((r) => r.ok).map((r) => (r as { reservation: Reservation }).reservation);
+    const refused = results.filter((r) => !r.ok);
+
+    // admitted only while used + reserved < budget: 71 × 7 = 497 < 500 admits the 72nd, 72 × 7 = 504 stops the 73rd
+    expect(admitted.length).toBe(Math.ceil(500 / 7));
+    expect(admitted.length).toBe(72);
+    expect(admitted.length * 7).toBeLessThanOrEqual(500 + 7);
+    expect(refused.length).toBe(128);
+    expect(new Set(admitted.map((r) => r.id)).size).toBe(72);
+    for (const r of refused) {
+      if (r.ok) continue;
+      expect(r.exhausted).toEqual(['ai']);
+      expect(r.usage.used.ai + r.usage.reserved.ai).toBeGreaterThanOrEqual(500);
+    }
+
+    const during = await readUsage(c);
+    expect(during.used).toEqual({ ai: 0, compute: 0 });
+    expect(during.reserved).toEqual({ ai: 504, compute: 0 });
+    expect(during.openHolds).toBe(72);
+
+    // settle every one at a smaller actual cost, concurrently too
+    const outcomes = await Promise.all(admitted.map((r) => settle(r, { ai: 3, compute: 0 })));
+    expect(outcomes.every((o) => o.settled)).toBe(true);
+    const after = await readUsage(c);
+    expect(after.used).toEqual({ ai: 72 * 3, compute: 0 });
+    expect(after.reserved).toEqual({ ai: 0, compute: 0 });
+    expect(after.openHolds).toBe(0);
+
+    // the freed headroom admits again: 216 + 41 × 7 = 503 ≥ 500 after 41 more (216 + 40 × 7 = 496 < 500)
+    const second = await Promise.all(Array.from({ length: 60 }, () => reserve({ caller: c, amounts: { ai: 7, compute: 0 }, enforce: ['ai'] })));
+    expect(second.filter((r) => r.ok).length).toBe(41);
+  });
+
+  it('a worst case bigger than the whole budget is still admitted once on an empty window (overshoot ≤ one request)', async () => {
+    const c = caller({ ai: 10 });
+    const results = await Promise.all(Array.from({ length: 20 }, () => reserve({ caller: c, amounts: { ai: 1000, compute: 0 }, enforce: ['ai'] })));
+    expect(results.filter((r) => r.ok).length).toBe(1);
+  });
+
+  it('a zero budget admits nothing', async () => {
+    const c = caller({ ai: 0 });
+    const r = await reserve({ caller: c, amounts: { ai: 1, compute: 0 }, enforce: ['ai'] });
+    expect(r.ok).toBe(false);
+  });
+
+  it('refuses amounts that are not non-negative integers', async () => {
+    const c = caller();
+    await expect(reserve({ caller: c, amounts: { ai: 1.5, compute: 0 }, enforce: ['ai'] })).rejects.toThrow(RangeError);
+    await expect(reserve({ caller: c, amounts: { ai: -1, compute: 0 }, enforce: ['ai'] })).rejects.toThrow('amounts.ai must be a non-negative integer, got -1');
+    await expect(reserve({ caller: c, amounts: { ai: 0, compute: Number.NaN }, enforce: ['ai'] })).rejects.toThrow(RangeError);
+  });
+});
+
+describe('settle', () => {
+  it('is idempotent: a second settle returns {settled:false} and changes nothing', async () => {
+    const c = caller({ ai: 1000, compute: 100 });
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 400, compute: 30 }, enforce: ['ai', 'compute'] }));
+    expect(r.held).toEqual({ ai: 400, compute: 30 });
+    expect(r.expiresAt).toBe(Math.floor(Date.now() / 1000) + env().RESERVATION_TTL_SECONDS);
+
+    const first = await settle(r, { ai: 123, compute: 7 });
+    expect(first).toEqual({ settled: true, used: { ai: 123, compute: 7 }, reserved: { ai: 0, compute: 0 } });
+    const before = await readUsage(c);
+
+    expect(await settle(r, { ai: 123, compute: 7 })).toEqual({ settled: false });
+    expect(await settle(r, { ai: 999, compute: 99 })).toEqual({ settled: false });
+    const afterRepeat = await readUsage(c);
+    expect(afterRepeat).toEqual(before);
+    expect(afterRepeat.used).toEqual({ ai: 123, compute: 7 });
+    expect(afterRepeat.reserved).toEqual({ ai: 0, compute: 0 });
+  });
+
+  it('concurrent duplicate settles of one reservation count it once', async () => {
+    const c = caller();
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 50, compute: 0 }, enforce: ['ai'] }));
+    const outcomes = await Promise.all(Array.from({ length: 10 }, () => settle(r, { ai: 20, compute: 0 })));
+    expect(outcomes.filter((o) => o.settled).length).toBe(1);
+    expect((await readUsage(c)).used.ai).toBe(20);
+  });
+
+  it('an actual cost above the hold is charged in full (the overshoot the bound allows)', async () => {
+    const c = caller({ ai: 100 });
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 60, compute: 0 }, enforce: ['ai'] }));
+    expect(await settle(r, { ai: 150, compute: 0 })).toEqual({ settled: true, used: { ai: 150, compute: 0 }, reserved: { ai: 0, compute: 0 } });
+    const refused = await reserve({ caller: c, amounts: { ai: 1, compute: 0 }, enforce: ['ai'] });
+    expect(refused.ok).toBe(false);
+  });
+
+  it('refuses a bad actual amount', async () => {
+    const c = caller();
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 5, compute: 0 }, enforce: ['ai'] }));
+    await expect(settle(r, { ai: -5, compute: 0 })).rejects.toThrow('actual.ai must be a non-negative integer, got -5');
+    expect((await readUsage(c)).reserved.ai).toBe(5);
+  });
+});
+
+describe('expired reservations', () => {
+  const ttl = () => env().RESERVATION_TTL_SECONDS;
+
+  it('are swept exactly once, at the worst case they held, even by 5 concurrent sweeps', async () => {
+    // lifetime window: the past `now` and the present fall in the same window
+    const c = caller({ ai: 10_000, window: 'lifetime' });
+    const past = new Date(Date.now() - (ttl() + 60) * 1000);
+    const stale = expectAdmitted(await reserve({ caller: c, amounts: { ai: 777, compute: 5 }, enforce: ['ai'], now: past }));
+    const fresh = expectAdmitted(await reserve({ caller: c, amounts: { ai: 100, compute: 1 }, enforce: ['ai'] }));
+    expect(stale.expiresAt).toBeLessThan(Date.now() / 1000);
+    expect(stale.key.pk).toBe(fresh.key.pk);
+
+    const counts = await Promise.all(Array.from({ length: 5 }, () => sweepExpired(stale.key)));
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(1);
+
+    const u = await readUsage(c);
+    expect(u.used).toEqual({ ai: 777, compute: 5 });
+    expect(u.reserved).toEqual({ ai: 100, compute: 1 }); // the live hold is untouched
+    expect(u.openHolds).toBe(1);
+
+    // the crashed run reporting late changes nothing
+    expect(await settle(stale, { ai: 1, compute: 0 })).toEqual({ settled: false });
+    expect((await readUsage(c)).used).toEqual({ ai: 777, compute: 5 });
+    // a sweep with nothing expired settles nothing
+    expect(await sweepExpired(stale.key)).toBe(0);
+    // the live one still settles normally
+    expect((await settle(fresh, { ai: 40, compute: 1 })).settled).toBe(true);
+    expect((await readUsage(c)).used).toEqual({ ai: 817, compute: 6 });
+  });
+
+  it('a hold expires exactly at expiresAt', async () => {
+    const c = caller({ window: 'lifetime' });
+    const now = new Date();
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 9, compute: 0 }, enforce: ['ai'], now }));
+    expect(await sweepExpired(r.key, new Date((r.expiresAt - 1) * 1000))).toBe(0);
+    expect(await sweepExpired(r.key, new Date(r.expiresAt * 1000))).toBe(1);
+  });
+
+  it('readUsage sweeps first, so its figures are honest', async () => {
+    const c = caller({ window: 'lifetime' });
+    const past = new Date(Date.now() - (ttl() + 5) * 1000);
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 33, compute: 0 }, enforce: ['ai'], now: past }));
+    const u = await readUsage(c);
+    expect(u.used.ai).toBe(33);
+    expect(u.reserved.ai).toBe(0);
+    expect(u.openHolds).toBe(0);
+  });
+});
+
+describe('refusal', () => {
+  it('returns ok:false with exhausted meters and the usage figures', async () => {
+    const c = caller({ ai: 10 });
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 10, compute: 0 }, enforce: ['ai'] }));
+    const refused = await reserve({ caller: c, amounts: { ai: 1, compute: 0 }, enforce: ['ai'] });
+    expect(refused.ok).toBe(false);
+    if (refused.ok) return;
+    expect(refused.exhausted).toEqual(['ai']);
+    expect(refused.usage.used).toEqual({ ai: 0, compute: 0 });
+    expect(refused.usage.reserved).toEqual({ ai: 10, compute: 0 });
+    expect(refused.usage.openHolds).toBe(1);
+    expect(refused.usage.key).toEqual(r.key);
+
+    // settling below the budget frees room again
+    await settle(r, { ai: 4, compute: 0 });
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 100, compute: 0 }, enforce: ['ai'] }));
+    const again = await reserve({ caller: c, amounts: { ai: 1, compute: 0 }, enforce: ['ai'] });
+    expect(again.ok).toBe(false);
+    if (!again.ok) expect(again.usage.used.ai + again.usage.reserved.ai).toBe(104);
+  });
+
+  it('an expired hold in the way is swept during the refused admission: figures honest, hold charged once', async () => {
+    // The sweep charges an abandoned hold its worst case (a crashed run may have been billed by the provider),
+    // so it converts reserved into used and frees no budget by itself.
+    const c = caller({ ai: 10, window: 'lifetime' });
+    const past = new Date(Date.now() - (env().RESERVATION_TTL_SECONDS + 60) * 1000);
+    const stale = expectAdmitted(await reserve({ caller: c, amounts: { ai: 10, compute: 0 }, enforce: ['ai'], now: past }));
+    const refused = await reserve({ caller: c, amounts: { ai: 1, compute: 0 }, enforce: ['ai'] });
+    expect(refused.ok).toBe(false);
+    if (refused.ok) return;
+    expect(refused.exhausted).toEqual(['ai']);
+    expect(refused.usage.used).toEqual({ ai: 10, compute: 0 });
+    expect(refused.usage.reserved).toEqual({ ai: 0, compute: 0 });
+    expect(refused.usage.openHolds).toBe(0);
+    expect(await settle(stale, { ai: 0, compute: 0 })).toEqual({ settled: false });
+    expect((await readUsage(c)).used.ai).toBe(10);
+  });
+
+  it('an expired hold that is not in the way stays for the sweep: admission remains one write', async () => {
+    const c = caller({ ai: 100, window: 'lifetime' });
+    const past = new Date(Date.now() - (env().RESERVATION_TTL_SECONDS + 60) * 1000);
+    const stale = expectAdmitted(await reserve({ caller: c, amounts: { ai: 60, compute: 0 }, enforce: ['ai'], now: past }));
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 30, compute: 0 }, enforce: ['ai'] }));
+    // admission did not sweep it: this sweep is the one that settles it
+    expect(await sweepExpired(stale.key)).toBe(1);
+    const u = await readUsage(c);
+    expect(u.used.ai).toBe(60);
+    expect(u.reserved.ai).toBe(30);
+    expect(u.openHolds).toBe(1);
+  });
+});
+
+describe('compute meter', () => {
+  it('is enforced independently of ai', async () => {
+    const c = caller({ ai: 1_000_000, compute: 10 });
+    const first = expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 10 }, enforce: ['ai', 'compute'] }));
+    const refused = await reserve({ caller: c, amounts: { ai: 1, compute: 1 }, enforce: ['ai', 'compute'] });
+    expect(refused.ok).toBe(false);
+    if (!refused.ok) {
+      expect(refused.exhausted).toEqual(['compute']);
+      expect(refused.usage.reserved).toEqual({ ai: 0, compute: 10 });
+    }
+    // the proxy enforces only ai, and is admitted with compute exhausted
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 5, compute: 0 }, enforce: ['ai'] }));
+    // settling compute at less than held frees compute
+    await settle(first, { ai: 0, compute: 4 });
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 6 }, enforce: ['compute'] }));
+    const u = await readUsage(c);
+    expect(u.used).toEqual({ ai: 0, compute: 4 });
+    expect(u.reserved).toEqual({ ai: 5, compute: 6 });
+  });
+
+  it('ai exhaustion does not block a compute-only admission, and both can be exhausted at once', async () => {
+    const c = caller({ ai: 10, compute: 10 });
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 10, compute: 0 }, enforce: ['ai'] }));
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 3 }, enforce: ['compute'] }));
+    const ai = await reserve({ caller: c, amounts: { ai: 0, compute: 0 }, enforce: ['ai', 'compute'] });
+    expect(ai.ok === false && ai.exhausted).toEqual(['ai']);
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 7 }, enforce: ['compute'] }));
+    const both = await reserve({ caller: c, amounts: { ai: 0, compute: 0 }, enforce: ['ai', 'compute'] });
+    expect(both.ok === false && both.exhausted).toEqual(['ai', 'compute']);
+  });
+
+  it('200 parallel compute reservations admit exactly ceil(budget / worst case)', async () => {
+    const c = caller({ compute: 100 });
+    const results = await Promise.all(Array.from({ length: 200 }, () => reserve({ caller: c, amounts: { ai: 0, compute: 3 }, enforce: ['compute'] })));
+    expect(results.filter((r) => r.ok).length).toBe(34); // 33 × 3 = 99 < 100 admits the 34th
+  });
+});
+
+describe('developer monthly compute', () => {
+  it('adds, reads, and starts again at the month boundary', async () => {
+    const dev = `dev-${randomBytes(4).toString('hex')}`;
+    const jan = new Date('2031-01-31T23:59:59.999Z');
+    const feb = new Date('2031-02-01T00:00:00.000Z');
+    expect(await developerComputeUsed(dev, jan)).toBe(0);
+    expect(await addDeveloperCompute(dev, 100, jan)).toBe(100);
+    expect(await addDeveloperCompute(dev, 50, new Date('2031-01-01T00:00:00.000Z'))).toBe(150);
+    expect(await developerComputeUsed(dev, jan)).toBe(150);
+    expect(await developerComputeUsed(dev, feb)).toBe(0);
+    expect(await addDeveloperCompute(dev, 7, feb)).toBe(7);
+    expect(await developerComputeUsed(dev, jan)).toBe(150);
+    expect(await developerComputeUsed(dev, feb)).toBe(7);
+    // other developers are separate
+    expect(await developerComputeUsed(`${dev}-other`, jan)).toBe(0);
+  });
+
+  it('concurrent additions are all counted', async () => {
+    const dev = `dev-${randomBytes(4).toString('hex')}`;
+    await Promise.all(Array.from({ length: 50 }, (_, i) => addDeveloperCompute(dev, i + 1)));
+    expect(await developerComputeUsed(dev)).toBe((50 * 51) / 2);
+  });
+
+  it('refuses bad amounts', async () => {
+    await expect(addDeveloperCompute('dev-x', -1)).rejects.toThrow('seconds must be a non-negative integer, got -1');
+    await expect(addDeveloperCompute('dev-x', 1.5)).rejects.toThrow(RangeError);
+  });
+
+  it('developerAllowance compares with planSeconds + poolSeconds', () => {
+    const plan = { planSeconds: 100, poolSeconds: 50 };
+    expect(developerAllowance(plan, 0)).toEqual({ allowed: true, used: 0, available: 150, planSeconds: 100, poolSeconds: 50 });
+    expect(developerAllowance(plan, 149)).toEqual({ allowed: true, used: 149, available: 1, planSeconds: 100, poolSeconds: 50 });
+    expect(developerAllowance(plan, 150)).toEqual({ allowed: false, used: 150, available: 0, planSeconds: 100, poolSeconds: 50 });
+    expect(developerAllowance(plan, 400)).toEqual({ allowed: false, used: 400, available: 0, planSeconds: 100, poolSeconds: 50 });
+    expect(developerAllowance({ planSeconds: 0, poolSeconds: 0 }, 0).allowed).toBe(false);
+  });
+});

@@ -1,0 +1,261 @@
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { decodeJwt } from 'jose';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { main } from '../../bin/gateway.ts';
+import { LocalKeyCipher } from '../../lambdas/registry/key-cipher.ts';
+import { tierFor } from '../../lambdas/registry/model.ts';
+import {
+  createProject,
+  describeProject,
+  getProject,
+  providerKeyFor,
+  RegistryError,
+  rotateProjectSecret,
+  setModelPricing,
+} from '../../lambdas/registry/registry.ts';
+import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const PROVIDER_KEY = 'sk-cli-test-Zq8vT3nR5wX1';
+let gw: TestGateway;
+let dataDir: string;
+let emptyDir: string;
+const allStdout: string[] = [];
+
+beforeAll(async () => {
+  dataDir = mkdtempSync(join(tmpdir(), 'gw-cli-'));
+  emptyDir = mkdtempSync(join(tmpdir(), 'gw-cli-empty-'));
+  gw = await startTestGateway({ dataDir });
+});
+afterAll(async () => {
+  await gw?.stop();
+  for (const d of [dataDir, emptyDir]) if (d) rmSync(d, { recursive: true, force: true });
+});
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the operator CLI as an operator would, with only DATA_DIR pointing it at the running gateway. */
+function cli(args: string[], opts: { dataDir?: string } = {}): Promise<Run> {
+  return new Promise((done) => {
+    execFile(
+      join(ROOT, 'node_modules/.bin/tsx'),
+      ['bin/gateway.ts', ...args],
+      {
+        cwd: ROOT,
+        // A clean environment: nothing of the test process's store settings leaks into the CLI.
+        env: { PATH: `${join(ROOT, 'node_modules/.bin')}:${process.env.PATH ?? ''}`, HOME: process.env.HOME ?? tmpdir(), DATA_DIR: opts.dataDir ?? dataDir },
+        timeout: 20_000,
+      },
+      (err, stdout, stderr) => {
+        allStdout.push(stdout);
+        done({ code: err ? ((err as { code?: number }).code ?? -1) : 0, stdout, stderr });
+      },
+    );
+  });
+}
+
+const json = (run: Run): Record<string, unknown> => {
+  expect(run.stderr).toBe('');
+  expect(run.code).toBe(0);
+  expect(run.stdout.endsWith('\n')).toBe(true);
+  expect(run.stdout.trim().split('\n')).toHaveLength(1);
+  return JSON.parse(run.stdout) as Record<string, unknown>;
+};
+
+describe('operator CLI against a running local gateway', () => {
+  it('round trip: developer → project → provider key → pricing → token → GET /usage', async () => {
+    expect(existsSync(join(dataDir, 'runtime.json'))).toBe(true);
+
+    const created = json(await cli(['developer', 'create', '--id', 'dev-cli', '--plan-seconds', '4000000', '--pool-seconds', '100', '--json']));
+    expect(created).toEqual({ developerId: 'dev-cli', planSeconds: 4_000_000, poolSeconds: 100, createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT/), tier: 'starter', maxConcurrency: 5 });
+
+    const [shown, project, duplicate, badFlag, noRuntime] = await Promise.all([
+      cli(['developer', 'show', '--id', 'dev-cli', '--json']),
+      cli(['project', 'create', '--developer', 'dev-cli', '--json']),
+      cli(['developer', 'create', '--id', 'dev-cli', '--plan-seconds', '1']),
+      cli(['developer', 'show', '--bogus', 'x', '--json']),
+      cli(['developer', 'show', '--id', 'dev-cli'], { dataDir: emptyDir }),
+    ]);
+
+    expect(json(shown)).toEqual({
+      developerId: 'dev-cli',
+      planSeconds: 4_000_000,
+      poolSeconds: 100,
+      createdAt: created.createdAt,
+      tier: 'starter',
+      maxConcurrency: 5,
+      computeUsedThisMonth: 0,
+      computeAvailable: 4_000_100,
+    });
+
+    const p = json(project);
+    expect(p).toEqual({ projectId: expect.stringMatching(/^prj_[0-9a-f]{20}$/), developerId: 'dev-cli', secret: expect.any(String) });
+    const projectId = p.projectId as string;
+    const secret = p.secret as string;
+    expect(secret.length).toBeGreaterThanOrEqual(32);
+
+    // errors: one line on stderr, nothing on stdout, exit 1 for a refused operation, 2 for a wrong invocation
+    expect(duplicate).toEqual({ code: 1, stdout: '', stderr: 'error: Developer dev-cli already exists\n' });
+    expect(badFlag.code).toBe(2);
+    expect(badFlag.stdout).toBe('');
+    expect(badFlag.stderr.split('\n')).toEqual([expect.stringMatching(/^\{"error":"Unknown option '--bogus'/), '']);
+    expect(JSON.parse(badFlag.stderr)).toEqual({ error: expect.stringMatching(/^Unknown option '--bogus'/) });
+    expect(noRuntime.code).toBe(1);
+    expect(noRuntime.stdout).toBe('');
+    expect(noRuntime.stderr).toBe(
+      `error: No running local gateway found (${join(emptyDir, 'runtime.json')} is missing): start it with "npm start", or pass --stack <name> for a deployed one\n`,
+    );
+
+    const [keySet, pricingSet, minted] = await Promise.all([
+      cli(['project', 'set-provider-key', '--project', projectId, '--provider', 'openai', '--key', PROVIDER_KEY, '--json']),
+      cli(['project', 'set-pricing', '--project', projectId, '--model', 'my-model', '--input-usd-per-mtok', '1.5', '--output-usd-per-mtok', '2', '--cache-read-usd-per-mtok', '0.15', '--json']),
+      cli(['token', 'mint', '--project', projectId, '--user', 'cli-user', '--ai-microdollars', '4321', '--compute-seconds', '77', '--window', 'week', '--expires-in', '2h', '--json']),
+    ]);
+    expect(json(keySet)).toEqual({ projectId, provider: 'openai', stored: true });
+    expect(json(pricingSet)).toEqual({ projectId, model: 'my-model', price: { inputUsdPerMtok: 1.5, outputUsdPerMtok: 2, cacheReadUsdPerMtok: 0.15 } });
+    const mint = json(minted);
+    expect(mint).toEqual({ token: expect.any(String), projectId, userId: 'cli-user', budget: { ai: 4321, compute: 77, window: 'week' }, expiresInSeconds: 7200 });
+    const claims = decodeJwt(mint.token as string);
+    expect(claims).toMatchObject({ iss: projectId, sub: 'cli-user', budget: { ai: 4321, compute: 77, window: 'week' } });
+    expect(claims.exp! - claims.iat!).toBe(7200);
+
+    const described = json(await cli(['project', 'show', '--project', projectId, '--json']));
+    expect(described).toEqual({
+      projectId,
+      developerId: 'dev-cli',
+      providerKeys: ['openai'],
+      pricing: { 'my-model': { inputUsdPerMtok: 1.5, outputUsdPerMtok: 2, cacheReadUsdPerMtok: 0.15 } },
+      createdAt: expect.any(String),
+    });
+
+    // the provider key's value is never printed, by any command; the secret only by project create
+    for (const out of allStdout) expect(out).not.toContain(PROVIDER_KEY);
+    expect(allStdout.filter((out) => out.includes(secret))).toHaveLength(1);
+
+    // the CLI encrypted with the gateway's key file: the gateway process decrypts it
+    const stored = await getProject(projectId);
+    expect(stored!.providerKeys.openai).toMatch(/^local:/);
+    expect(stored!.providerKeys.openai).not.toContain(PROVIDER_KEY);
+    expect(await providerKeyFor(stored!, 'openai')).toBe(PROVIDER_KEY);
+
+    // the minted token works against the gateway
+    const res = await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${mint.token as string}` } });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({
+      user_id: 'cli-user',
+      issuer_id: projectId,
+      window: 'week',
+      allowed: true,
+      ai: { used: 0, remaining: 4321, budget: 4321, reserved: 0 },
+      compute: { used: 0, remaining: 77, budget: 77, reserved: 0 },
+    });
+  });
+});
+
+describe('CLI invocation errors (main() in process; exit code = its return value)', () => {
+  async function run(argv: string[]): Promise<Run> {
+    let stdout = '';
+    let stderr = '';
+    const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => ((stdout += String(chunk)), true));
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => ((stderr += String(chunk)), true));
+    try {
+      const code = await main([...argv, '--data-dir', dataDir]);
+      return { code, stdout, stderr };
+    } finally {
+      out.mockRestore();
+      err.mockRestore();
+    }
+  }
+
+  it.each([
+    [['developer', 'create', '--id', 'dev-x', '--plan-seconds', 'lots'], 'error: --plan-seconds must be a number\n'],
+    [['developer', 'create', '--id', 'dev-x', '--plan-seconds=-5'], 'error: --plan-seconds must not be negative\n'],
+    [['developer', 'create', '--id', 'dev-x'], 'error: --plan-seconds is required\n'],
+    [['project', 'set-provider-key', '--project', 'p', '--provider', 'anthropic', '--key', 'k'], 'error: --provider must be openai or openrouter\n'],
+    [['token', 'mint', '--project', 'p', '--user', 'u', '--ai-microdollars', '1', '--compute-seconds', '1', '--window', 'day', '--expires-in', 'soon'], expect.stringMatching(/^error: --expires-in: Invalid duration "soon"/)],
+    [['frobnicate', 'all'], 'error: unknown command "frobnicate all"; run with --help for the list\n'],
+  ])('%j → exit 2', async (argv, stderr) => {
+    const r = await run(argv as string[]);
+    expect(r).toEqual({ code: 2, stdout: '', stderr });
+  });
+
+  it('refused operations exit 1 with the registry message', async () => {
+    expect(await run(['project', 'show', '--project', 'prj_missing', '--json'])).toEqual({ code: 1, stdout: '', stderr: '{"error":"Project prj_missing does not exist"}\n' });
+    expect(await run(['token', 'mint', '--project', 'prj_missing', '--user', 'u', '--ai-microdollars', '1', '--compute-seconds', '1', '--window', 'day'])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'error: Project prj_missing does not exist\n',
+    });
+  });
+
+  it('--help lists every command and exits 0', async () => {
+    const r = await run(['--help']);
+    expect(r.code).toBe(0);
+    for (const c of ['developer create', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'token mint']) {
+      expect(r.stdout).toContain(`  ${c} `);
+    }
+  });
+});
+
+describe('registry (in process)', () => {
+  it('tierFor follows the plan-seconds thresholds', () => {
+    expect(tierFor(0)).toMatchObject({ name: 'hobby', maxConcurrency: 2 });
+    expect(tierFor(3_499_999)).toMatchObject({ name: 'hobby', maxConcurrency: 2 });
+    expect(tierFor(3_500_000)).toMatchObject({ name: 'starter', maxConcurrency: 5 });
+    expect(tierFor(14_999_999)).toMatchObject({ name: 'starter', maxConcurrency: 5 });
+    expect(tierFor(15_000_000)).toMatchObject({ name: 'pro', maxConcurrency: 10 });
+    expect(tierFor(1e12)).toMatchObject({ name: 'pro', maxConcurrency: 10 });
+  });
+
+  it('refuses a project for an unknown developer and updates of unknown projects', async () => {
+    await expect(createProject({ developerId: 'nobody' })).rejects.toThrow(new RegistryError('Developer nobody does not exist'));
+    await expect(setModelPricing('prj_nope', 'm', { inputUsdPerMtok: 1, outputUsdPerMtok: 1 })).rejects.toThrow('Project prj_nope does not exist');
+    await expect(createProject({ developerId: gw.developerId, projectId: gw.projectId })).rejects.toThrow(`Project ${gw.projectId} already exists`);
+  });
+
+  it('rotating the secret replaces it; describeProject never shows it', async () => {
+    const project = await createProject({ developerId: gw.developerId });
+    const rotated = await rotateProjectSecret(project.projectId);
+    expect(rotated.secret).not.toBe(project.secret);
+    expect(rotated.secretRotatedAt).toMatch(/^\d{4}-/);
+    const d = describeProject(rotated);
+    expect(JSON.stringify(d)).not.toContain(rotated.secret);
+    expect(Object.keys(d).sort()).toEqual(['createdAt', 'developerId', 'pricing', 'projectId', 'providerKeys', 'secretRotatedAt']);
+  });
+
+  it('LocalKeyCipher: AES-GCM bound to the project, fresh IV each time, 0600 key file', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-cipher-'));
+    try {
+      const file = join(dir, 'nested', 'k.key');
+      const cipher = new LocalKeyCipher(file);
+      const a = await cipher.encrypt('sk-plain', { projectId: 'prj_a' });
+      const b = await cipher.encrypt('sk-plain', { projectId: 'prj_a' });
+      expect(a).toMatch(/^local:/);
+      expect(a).not.toBe(b);
+      expect(statSync(file).mode & 0o777).toBe(0o600);
+      expect(Buffer.from(readFileSync(file, 'utf8'), 'base64')).toHaveLength(32);
+      expect(await cipher.decrypt(a, { projectId: 'prj_a' })).toBe('sk-plain');
+      // another instance on the same file decrypts; another project cannot
+      expect(await new LocalKeyCipher(file).decrypt(b, { projectId: 'prj_a' })).toBe('sk-plain');
+      await expect(cipher.decrypt(a, { projectId: 'prj_b' })).rejects.toThrow();
+      // tampering is detected
+      const raw = Buffer.from(a.slice(6), 'base64');
+      raw[raw.length - 1]! ^= 1;
+      await expect(cipher.decrypt(`local:${raw.toString('base64')}`, { projectId: 'prj_a' })).rejects.toThrow();
+      await expect(cipher.decrypt('kms:AAAA', { projectId: 'prj_a' })).rejects.toThrow('Provider key was not encrypted with the local key');
+      // a different key file cannot decrypt
+      await expect(new LocalKeyCipher(join(dir, 'other.key')).decrypt(a, { projectId: 'prj_a' })).rejects.toThrow();
+      writeFileSync(join(dir, 'short.key'), Buffer.alloc(16).toString('base64'));
+      await expect(new LocalKeyCipher(join(dir, 'short.key')).encrypt('x', { projectId: 'p' })).rejects.toThrow('does not hold a 32-byte key');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,354 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import middy from '@middy/core';
+import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
+import { CreateQueueCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import type { LambdaFunctionURLEvent, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { installAwsLambdaShim, isStreamingHandler } from '../../bin/local/awslambda-shim.ts';
+import { functionUrlEvent, readBody } from '../../bin/local/events.ts';
+import { pollQueue, sqsClient, startLocalQueues, type LocalQueues } from '../../bin/local/queues.ts';
+import { invokeStreaming, startGateway } from '../../bin/local/runtime.ts';
+import { LocalScheduler } from '../../bin/local/scheduler.ts';
+import { createDeveloper, createProject, getDeveloper, getProject, providerKeyFor, setProviderKey } from '../../lambdas/registry/registry.ts';
+
+const tmpDirs: string[] = [];
+function tmp(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-runtime-'));
+  tmpDirs.push(dir);
+  return dir;
+}
+afterAll(() => {
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+});
+
+function serve(handler: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => Promise<void>): Promise<{ url: string; server: Server }> {
+  const server = createServer((req, res) => void handler(req, res));
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, server })));
+}
+const close = (server: Server) => new Promise<void>((r) => {
+  server.close(() => r());
+  server.closeAllConnections();
+});
+
+describe('streaming through the local function-URL adapter', () => {
+  let url: string;
+  let server: Server;
+  const produced: number[] = [];
+  let seenEvent: LambdaFunctionURLEvent | undefined;
+
+  beforeAll(async () => {
+    installAwsLambdaShim();
+    const handler = middy<LambdaFunctionURLEvent>({ executionMode: executionModeStreamifyResponse }).handler(async (event) => {
+      seenEvent = event;
+      if (event.rawPath === '/boom') throw new Error('fails before the prelude');
+      async function* sse() {
+        for (let i = 1; i <= 5; i++) {
+          if (i > 1) await sleep(60);
+          produced.push(performance.now());
+          yield `event: tick\ndata: {"n":${i}}\n\n`;
+        }
+      }
+      return { statusCode: 200, headers: { 'content-type': 'text/event-stream', 'x-custom': 'yes' }, body: Readable.from(sse()) };
+    });
+    expect(isStreamingHandler(handler)).toBe(true);
+    ({ url, server } = await serve(async (req, res) => {
+      if (req.url === '/plain') {
+        await invokeStreaming(async () => undefined, functionUrlEvent(req, await readBody(req)), res, 'plain').catch((err: Error) => {
+          res.writeHead(500);
+          res.end(err.message);
+        });
+        return;
+      }
+      await invokeStreaming(handler, functionUrlEvent(req, await readBody(req)), res, 'test');
+    }));
+  });
+  afterAll(async () => {
+    await close(server);
+  });
+
+  it('delivers each SSE event when it is produced, not all at the end', async () => {
+    produced.length = 0;
+    const started = performance.now();
+    const res = await fetch(`${url}/stream?x=1`, { method: 'POST', headers: { 'content-type': 'application/json', cookie: 'a=1; b=2' }, body: '{"hello":"world"}' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/event-stream');
+    expect(res.headers.get('x-custom')).toBe('yes');
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let buffer = '';
+    const received: { n: number; at: number }[] = [];
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let idx: number;
+      while ((idx = buffer.indexOf('\n\n')) >= 0) {
+        const frame = buffer.slice(0, idx);
+        buffer = buffer.slice(idx + 2);
+        const data = /^data: (.*)$/m.exec(frame)?.[1];
+        received.push({ n: (JSON.parse(data!) as { n: number }).n, at: performance.now() });
+      }
+    }
+    expect(received.map((r) => r.n)).toEqual([1, 2, 3, 4, 5]);
+    expect(produced).toHaveLength(5);
+    // spread over the production time (4 gaps × 60 ms), each at a distinct moment
+    expect(received[4]!.at - received[0]!.at).toBeGreaterThanOrEqual(200);
+    for (let i = 1; i < 5; i++) expect(received[i]!.at - received[i - 1]!.at).toBeGreaterThan(20);
+    // the first event arrived well before the last one was even produced
+    expect(produced[4]! - received[0]!.at).toBeGreaterThanOrEqual(150);
+    expect(received[0]!.at - started).toBeLessThan(produced[4]! - started);
+
+    // and the handler saw a proper function-URL event
+    expect(seenEvent).toMatchObject({
+      version: '2.0',
+      rawPath: '/stream',
+      rawQueryString: 'x=1',
+      queryStringParameters: { x: '1' },
+      cookies: ['a=1', 'b=2'],
+      body: '{"hello":"world"}',
+      isBase64Encoded: false,
+      requestContext: { http: { method: 'POST', path: '/stream' } },
+    });
+    expect(seenEvent!.headers.cookie).toBeUndefined();
+    expect(seenEvent!.headers['content-type']).toBe('application/json');
+  });
+
+  it('a failure before the prelude answers 502 as Lambda does', async () => {
+    const res = await fetch(`${url}/boom`);
+    expect(res.status).toBe(502);
+    expect(await res.json()).toEqual({ message: 'Internal Server Error' });
+  });
+
+  it('refuses a handler that is not a streaming handler', async () => {
+    const res = await fetch(`${url}/plain`);
+    expect(res.status).toBe(500);
+    expect(await res.text()).toBe('plain is not a streaming handler');
+  });
+
+  it('binary bodies arrive base64-encoded in the event', async () => {
+    await fetch(`${url}/bin`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: new Uint8Array([0, 1, 2, 255]) }).then((r) => r.text());
+    expect(seenEvent).toMatchObject({ isBase64Encoded: true, body: Buffer.from([0, 1, 2, 255]).toString('base64') });
+  });
+});
+
+// The restart case waits on two DynamoDB Local (Java) starts; the queue cases run beside it.
+describe.concurrent('startGateway with a data directory', () => {
+  it('keeps the store and the provider-key key across a restart; /health answers', async () => {
+    const dataDir = tmp();
+    const first = await startGateway({ dataDir, tablePrefix: 'persist', simulateUpstreams: true });
+    let project: Awaited<ReturnType<typeof createProject>>;
+    try {
+      const health = await fetch(`${first.url}/health`);
+      expect(health.status).toBe(200);
+      expect(await health.json()).toEqual({ status: 'ok' });
+      const runtime = JSON.parse(readFileSync(join(dataDir, 'runtime.json'), 'utf8')) as Record<string, unknown>;
+      expect(runtime).toMatchObject({ url: first.url, pid: process.pid, dynamoEndpoint: first.dynamoEndpoint, keyFile: join(dataDir, 'provider-keys.key') });
+      expect(first.tables.REGISTRY_TABLE).toBe('persist-registry');
+      await createDeveloper({ developerId: 'dev-persist', planSeconds: 3_600_000, poolSeconds: 10 });
+      project = await createProject({ developerId: 'dev-persist', projectId: 'prj_persist' });
+      await setProviderKey(project.projectId, 'openai', 'sk-persisted-key');
+    } finally {
+      await first.stop();
+    }
+    expect(existsSync(join(dataDir, 'runtime.json'))).toBe(false);
+    await expect(fetch(`${first.url}/health`)).rejects.toThrow();
+
+    const second = await startGateway({ dataDir, tablePrefix: 'persist', simulateUpstreams: true });
+    try {
+      expect(second.dynamoEndpoint).not.toBe(first.dynamoEndpoint);
+      expect((await fetch(`${second.url}/health`)).status).toBe(200);
+      expect(await getDeveloper('dev-persist')).toMatchObject({ developerId: 'dev-persist', planSeconds: 3_600_000, poolSeconds: 10 });
+      const again = await getProject('prj_persist');
+      expect(again?.secret).toBe(project.secret);
+      expect(await providerKeyFor(again!, 'openai')).toBe('sk-persisted-key');
+      // the second start did not recreate (or fail on) the existing tables
+      await expect(createDeveloper({ developerId: 'dev-persist', planSeconds: 1 })).rejects.toThrow('Developer dev-persist already exists');
+    } finally {
+      await second.stop();
+    }
+  });
+});
+
+describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
+  let queues: LocalQueues;
+  let sqs: SQSClient;
+
+  beforeAll(async () => {
+    queues = await startLocalQueues('rt');
+    sqs = sqsClient(queues.endpoint);
+  });
+  afterAll(async () => {
+    sqs?.destroy();
+    await queues?.stop();
+  });
+
+  async function queueWithShortVisibility(name: string): Promise<string> {
+    const out = await sqs.send(new CreateQueueCommand({ QueueName: name, Attributes: { VisibilityTimeout: '1' } }));
+    return out.QueueUrl!;
+  }
+  async function depth(queueUrl: string): Promise<{ visible: number; inFlight: number }> {
+    const out = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }));
+    return { visible: Number(out.Attributes?.ApproximateNumberOfMessages), inFlight: Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible) };
+  }
+  async function until(cond: () => boolean, timeoutMs = 8000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!cond()) {
+      if (Date.now() > deadline) throw new Error('timed out waiting');
+      await sleep(25);
+    }
+  }
+
+  it('startLocalQueues declares the run and webhook queues', () => {
+    expect(Object.keys(queues.urls).sort()).toEqual(['RUN_QUEUE_URL', 'WEBHOOK_QUEUE_URL']);
+    expect(queues.urls.RUN_QUEUE_URL).toMatch(/rt-run$/);
+    expect(queues.urls.WEBHOOK_QUEUE_URL).toMatch(/rt-webhook$/);
+  });
+
+  it('delivers SQS events and honours batchItemFailures: the failed message comes back, the good one is deleted', async () => {
+    const queueUrl = await queueWithShortVisibility('rt-partial');
+    const deliveries: { body: string; receiveCount: string | undefined }[] = [];
+    const events: SQSEvent[] = [];
+    const poller = pollQueue({
+      client: sqs,
+      queueUrl,
+      functionName: 'partial',
+      handler: async (event): Promise<SQSBatchResponse> => {
+        events.push(event);
+        const failures: SQSBatchResponse['batchItemFailures'] = [];
+        for (const r of event.Records) {
+          deliveries.push({ body: r.body, receiveCount: r.attributes.ApproximateReceiveCount });
+          const firstTime = deliveries.filter((d) => d.body === r.body).length === 1;
+          if (r.body === 'fail-once' && firstTime) failures.push({ itemIdentifier: r.messageId });
+        }
+        return { batchItemFailures: failures };
+      },
+    });
+    try {
+      await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: 'ok' }));
+      await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: 'fail-once' }));
+      await until(() => deliveries.filter((d) => d.body === 'fail-once').length === 2);
+      // give a wrongly kept 'ok' time to reappear (visibility is 1 s)
+      await sleep(1500);
+      expect(deliveries.filter((d) => d.body === 'ok')).toHaveLength(1);
+      expect(deliveries.filter((d) => d.body === 'fail-once').map((d) => d.receiveCount)).toEqual(['1', '2']);
+      expect(await depth(queueUrl)).toEqual({ visible: 0, inFlight: 0 });
+      const record = events[0]!.Records[0]!;
+      expect(record).toMatchObject({ eventSource: 'aws:sqs', awsRegion: 'us-east-1', eventSourceARN: 'arn:aws:sqs:us-east-1:000000000000:rt-partial' });
+      expect(record.messageId).toMatch(/\S/);
+      expect(record.receiptHandle).toMatch(/\S/);
+    } finally {
+      await poller.stop();
+    }
+  });
+
+  it('a handler that throws returns the whole batch to the queue', async () => {
+    const queueUrl = await queueWithShortVisibility('rt-throw');
+    let calls = 0;
+    const bodies: string[] = [];
+    const poller = pollQueue({
+      client: sqs,
+      queueUrl,
+      functionName: 'throws',
+      handler: async (event) => {
+        calls++;
+        for (const r of event.Records) bodies.push(r.body);
+        if (calls === 1) throw new Error('crash');
+      },
+    });
+    try {
+      await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: 'only' }));
+      await until(() => calls >= 2);
+      await sleep(1300);
+      expect(bodies).toEqual(['only', 'only']);
+      expect(await depth(queueUrl)).toEqual({ visible: 0, inFlight: 0 });
+    } finally {
+      await poller.stop();
+    }
+  });
+
+  describe('LocalScheduler', () => {
+    async function drain(queueUrl: string): Promise<string[]> {
+      const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 0 }));
+      return (out.Messages ?? []).map((m) => m.Body ?? '');
+    }
+
+    it('fires a due schedule exactly once, keeps a future one, cancels, and persists across instances', async () => {
+      const queueUrl = await queueWithShortVisibility('rt-scheduled');
+      const file = join(tmp(), 'schedules.json');
+      const now = Date.now();
+      const s1 = new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl });
+      await s1.schedule({ name: 'due', at: new Date(now - 1000), body: '{"vessel":"due"}' });
+      await s1.schedule({ name: 'future', at: new Date(now + 3_600_000), body: '{"vessel":"future"}' });
+      await s1.schedule({ name: 'doomed', at: new Date(now + 3_600_000), body: '{"vessel":"doomed"}' });
+      await expect(s1.schedule({ name: 'due', at: new Date(now), body: 'x' })).rejects.toMatchObject({ name: 'ConflictException', message: 'Schedule due already exists' });
+      await s1.cancel('doomed');
+      await s1.cancel('never-existed');
+      expect(s1.pending().map((s) => s.name).sort()).toEqual(['due', 'future']);
+
+      // a second instance (a restart) reads the file
+      const s2 = new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl });
+      expect(s2.pending()).toEqual([
+        { name: 'due', at: new Date(now - 1000).toISOString(), body: '{"vessel":"due"}' },
+        { name: 'future', at: new Date(now + 3_600_000).toISOString(), body: '{"vessel":"future"}' },
+      ]);
+      // two ticks racing fire it once
+      const fired = await Promise.all([s2.fireDue(), s2.fireDue()]);
+      expect(fired[0]! + fired[1]!).toBe(1);
+      expect(await s2.fireDue()).toBe(0);
+      expect(await drain(queueUrl)).toEqual(['{"vessel":"due"}']);
+      expect(await drain(queueUrl)).toEqual([]);
+      expect(s2.pending().map((s) => s.name)).toEqual(['future']);
+      expect((JSON.parse(readFileSync(file, 'utf8')) as { name: string }[]).map((s) => s.name)).toEqual(['future']);
+
+      // the future one fires when its time comes
+      const s3 = new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl });
+      expect(await s3.fireDue(new Date(now + 3_600_000 - 1))).toBe(0);
+      expect(await s3.fireDue(new Date(now + 3_600_000))).toBe(1);
+      expect(await drain(queueUrl)).toEqual(['{"vessel":"future"}']);
+      expect(new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl }).pending()).toEqual([]);
+    });
+
+    it('cancel persists too', async () => {
+      const queueUrl = await queueWithShortVisibility('rt-cancel');
+      const file = join(tmp(), 'schedules.json');
+      const s1 = new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl });
+      await s1.schedule({ name: 'a', at: new Date(Date.now() - 1), body: 'a' });
+      await s1.cancel('a');
+      const s2 = new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl });
+      expect(s2.pending()).toEqual([]);
+      expect(await s2.fireDue()).toBe(0);
+      expect(await drain(queueUrl)).toEqual([]);
+    });
+
+    it('its timer fires a schedule when it falls due; a failed send is kept for the next tick', async () => {
+      const queueUrl = await queueWithShortVisibility('rt-timer');
+      const s = new LocalScheduler({ sqs, targetQueueUrl: queueUrl, tickMs: 50 });
+      await s.schedule({ name: 'soon', at: new Date(Date.now() + 200), body: 'soon' });
+      s.start();
+      try {
+        const got: string[] = [];
+        await until(() => s.pending().length === 0, 5000);
+        got.push(...(await drain(queueUrl)));
+        expect(got).toEqual(['soon']);
+      } finally {
+        s.stop();
+      }
+
+      const broken = new LocalScheduler({ sqs, targetQueueUrl: `${queues.endpoint}/000000000000/no-such-queue` });
+      await broken.schedule({ name: 'kept', at: new Date(Date.now() - 1), body: 'kept' });
+      expect(await broken.fireDue()).toBe(0);
+      expect(broken.pending().map((p) => p.name)).toEqual(['kept']);
+    });
+
+    it('a schedules file written by another process is loaded as is', () => {
+      const file = join(tmp(), 'schedules.json');
+      writeFileSync(file, JSON.stringify([{ name: 'x', at: '2030-01-01T00:00:00.000Z', body: '{}' }]));
+      expect(new LocalScheduler({ file, sqs, targetQueueUrl: 'unused' }).pending()).toEqual([{ name: 'x', at: '2030-01-01T00:00:00.000Z', body: '{}' }]);
+    });
+  });
+});
