@@ -3,11 +3,12 @@ import { bearerToken, Router } from '../http/router.ts';
 import { projectSecret } from '../registry/project-cache.ts';
 import { usageReport } from '../usage/report.ts';
 import { logger } from '../observability/logger.ts';
+import { countRequests } from '../observability/metrics.ts';
 import { conjureError } from './errors.ts';
 
 /** Routes of the conjure URL served by API Gateway REST (/usage now; /incubate… join here). */
-export function conjureApp(): Router {
-  return new Router({
+export function conjureApp(): { fetch(req: Request): Promise<Response> } {
+  const router = new Router({
     notFound: (req) => conjureError(404, 'not_found', `No route for ${req.method} ${new URL(req.url).pathname}`),
     onError: (err) => {
       logger.error('conjure request failed', { error: err as Error });
@@ -26,4 +27,5 @@ export function conjureApp(): Router {
       }
     },
   );
+  return { fetch: countRequests(router.fetch) };
 }

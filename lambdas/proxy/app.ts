@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Router } from '../http/router.ts';
 import { logger } from '../observability/logger.ts';
-import { metrics, MetricUnit } from '../observability/metrics.ts';
+import { countRequests } from '../observability/metrics.ts';
 import { errorResponse } from './errors.ts';
 import { handleCountTokens, handleMessages } from './messages.ts';
 import { getModel, listModels } from './models.ts';
@@ -20,10 +20,10 @@ export function proxyApp(): { fetch(req: Request): Promise<Response> } {
     .on('GET', '/v1/models', listModels)
     .on('GET', '/v1/models/{id}', (req, { id }) => getModel(req, id!));
 
+  const counted = countRequests(router.fetch);
   return {
     async fetch(req) {
-      const res = await router.fetch(req);
-      if (res.status >= 500) metrics.addMetric('Errors', MetricUnit.Count, 1);
+      const res = await counted(req);
       const headers = new Headers(res.headers);
       headers.set('request-id', `req_gw_${randomBytes(12).toString('hex')}`);
       return new Response(res.body, { status: res.status, statusText: res.statusText, headers });

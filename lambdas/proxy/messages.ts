@@ -108,7 +108,6 @@ async function settleCharge(reservation: Reservation, microdollars: number, cont
 }
 
 export async function handleMessages(req: Request): Promise<Response> {
-  metrics.addMetric('Requests', MetricUnit.Count, 1);
   const prepared = await prepare(req, MessagesBody);
   if (prepared instanceof Response) return prepared;
   const { caller, body } = prepared;
