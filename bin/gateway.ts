@@ -12,9 +12,6 @@ function help(): string {
 }
 
 export async function main(argv: string[]): Promise<number> {
-  const words = argv.filter((a) => !a.startsWith('-')).slice(0, 2);
-  const name = words.join(' ');
-  const command = COMMANDS[name];
   const json = argv.includes('--json');
   const fail = (code: number, message: string) => {
     if (json) process.stderr.write(`${JSON.stringify({ error: message })}\n`);
@@ -25,15 +22,19 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${help()}\n`);
     return argv.length === 0 ? 2 : 0;
   }
-  if (!command) return fail(2, `unknown command "${name}"; run with --help for the list`);
-
   let flags: Record<string, string | undefined>;
+  let positionals: string[];
   try {
-    const { values } = parseArgs({ args: argv.slice(2), options: flagOptions(), strict: true, allowPositionals: false });
-    flags = Object.fromEntries(Object.entries(values).filter(([, v]) => typeof v === 'string')) as Record<string, string>;
+    // Flags may stand before or after the command words: `--stack X developer create …` and `developer create … --stack X`.
+    const parsed = parseArgs({ args: argv, options: flagOptions(), strict: true, allowPositionals: true });
+    positionals = parsed.positionals;
+    flags = Object.fromEntries(Object.entries(parsed.values).filter(([, v]) => typeof v === 'string')) as Record<string, string>;
   } catch (err) {
     return fail(2, (err as Error).message.split('\n')[0]!);
   }
+  const name = positionals.join(' ');
+  const command = COMMANDS[name];
+  if (!command) return fail(2, `unknown command "${name}"; run with --help for the list`);
   try {
     Object.assign(process.env, await targetEnvironment({ stack: flags.stack, region: flags.region, dataDir: flags['data-dir'] }));
     delete flags.stack;

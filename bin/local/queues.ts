@@ -2,13 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { startFauxqs } from 'fauxqs';
+import { QUEUES } from '../../lambdas/store/queues.ts';
 import { lambdaContext } from './events.ts';
 
-/** The queues the stack declares, each with its dead-letter queue (fauxqs speaks the real SQS API). */
-export const QUEUES = [
-  { envVar: 'RUN_QUEUE_URL', name: 'run', maxReceiveCount: 5 },
-  { envVar: 'WEBHOOK_QUEUE_URL', name: 'webhook', maxReceiveCount: 8 },
-] as const;
 
 export interface LocalQueues {
   endpoint: string;

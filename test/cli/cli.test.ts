@@ -195,6 +195,17 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     });
   });
 
+  it('takes its flags before the command words as well as after them', async () => {
+    let stdout = '';
+    const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => ((stdout += String(chunk)), true));
+    try {
+      expect(await main(['--data-dir', dataDir, '--json', 'developer', 'create', '--id', 'dev-flags-first', '--plan-seconds', '15000000'])).toBe(0);
+    } finally {
+      out.mockRestore();
+    }
+    expect(JSON.parse(stdout)).toMatchObject({ developerId: 'dev-flags-first', planSeconds: 15_000_000, tier: 'pro', maxConcurrency: 10 });
+  });
+
   it('--help lists every command and exits 0', async () => {
     const r = await run(['--help']);
     expect(r.code).toBe(0);

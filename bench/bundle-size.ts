@@ -1,0 +1,116 @@
+/**
+ * Bundle sizes of the Lambda handlers: `npm run bundle-size`.
+ *
+ * Bundles every handler entry that exists with the stack's own esbuild options (lib/bundling.ts), prints a table of
+ * the sizes (raw and gzip) and the packages that weigh most, and writes it into docs/benchmarks.md under
+ * "## Bundle sizes" (the rest of that file is left alone).
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { build, version as esbuildVersion } from 'esbuild';
+import { esbuildOptions, existingHandlers, HANDLER_BUNDLE, HANDLERS, PROJECT_ROOT } from '../lib/bundling.ts';
+
+const HEADING = '## Bundle sizes';
+const DOC = join(PROJECT_ROOT, 'docs/benchmarks.md');
+
+interface Row {
+  id: string;
+  entry: string;
+  raw: number;
+  gzip: number;
+  map: number;
+  packageZip: number;
+  heaviest: Array<[string, number]>;
+}
+
+const kb = (bytes: number) => `${(bytes / 1024).toFixed(1)} KB`;
+
+/** `node_modules/@scope/name/...` → `@scope/name`; project files → `(project)`. */
+function packageOf(input: string): string {
+  const at = input.lastIndexOf('node_modules/');
+  if (at < 0) return '(project)';
+  const parts = input.slice(at + 'node_modules/'.length).split('/');
+  return parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
+}
+
+async function measure(id: string, entry: string, outdir: string): Promise<Row> {
+  const outfile = join(outdir, id, 'index.mjs');
+  const result = await build({ ...esbuildOptions(entry, outfile), metafile: true });
+  const code = readFileSync(outfile);
+  const map = readFileSync(`${outfile}.map`);
+  if (!result.metafile) throw new Error('esbuild returned no metafile');
+  const weights = new Map<string, number>();
+  for (const output of Object.values(result.metafile.outputs)) {
+    for (const [input, { bytesInOutput }] of Object.entries(output.inputs)) {
+      weights.set(packageOf(input), (weights.get(packageOf(input)) ?? 0) + bytesInOutput);
+    }
+  }
+  return {
+    id,
+    entry: entry.slice(PROJECT_ROOT.length + 1),
+    raw: code.length,
+    gzip: gzipSync(code, { level: 9 }).length,
+    map: map.length,
+    // What Lambda stores and downloads on a cold start: the zip of index.mjs and its map (deflate ≈ gzip).
+    packageZip: gzipSync(code, { level: 9 }).length + gzipSync(map, { level: 9 }).length,
+    heaviest: [...weights.entries()].sort((a, b) => b[1] - a[1]).slice(0, 5),
+  };
+}
+
+function section(rows: Row[]): string {
+  const missing = Object.entries(HANDLERS)
+    .filter(([id]) => !rows.some((r) => r.id === id))
+    .map(([, entry]) => `\`${entry}\``);
+  return [
+    HEADING,
+    '',
+    'Each Lambda handler bundled exactly as the stack bundles it (`lib/bundling.ts`: esbuild, ESM, minified, ' +
+      `target ${HANDLER_BUNDLE.target}, external source map without sources, nothing external — the AWS SDK is inside).`,
+    '',
+    'Reproduce with:',
+    '',
+    '```sh',
+    'npm run bundle-size',
+    '```',
+    '',
+    `Measured ${new Date().toISOString().slice(0, 10)} with esbuild ${esbuildVersion} on Node ${process.versions.node}.`,
+    '',
+    '| Handler | Entry | index.mjs | gzip | index.mjs.map | Deployment package (≈ zip) |',
+    '|---|---|---:|---:|---:|---:|',
+    ...rows.map((r) => `| ${r.id} | \`${r.entry}\` | ${kb(r.raw)} | ${kb(r.gzip)} | ${kb(r.map)} | ${kb(r.packageZip)} |`),
+    '',
+    'Heaviest packages in each bundle (minified bytes):',
+    '',
+    ...rows.map((r) => `- ${r.id}: ${r.heaviest.map(([name, bytes]) => `${name} ${kb(bytes)}`).join(', ')}`),
+    ...(missing.length ? ['', `Not measured (no entry file yet): ${missing.join(', ')}.`] : []),
+    '',
+  ].join('\n');
+}
+
+/** Replaces the "## Bundle sizes" section (up to the next level-2 heading), or appends it. */
+function writeSection(text: string): void {
+  const current = existsSync(DOC) ? readFileSync(DOC, 'utf8') : '# Benchmarks\n';
+  const start = current.indexOf(`${HEADING}\n`);
+  let next: string;
+  if (start < 0) {
+    next = `${current.trimEnd()}\n\n${text}`;
+  } else {
+    const after = current.indexOf('\n## ', start + HEADING.length);
+    next = current.slice(0, start) + text + (after < 0 ? '' : `\n${current.slice(after + 1)}`);
+  }
+  writeFileSync(DOC, next.endsWith('\n') ? next : `${next}\n`);
+}
+
+const outdir = mkdtempSync(join(tmpdir(), 'bundle-size-'));
+try {
+  const rows: Row[] = [];
+  for (const { id, entry } of existingHandlers()) rows.push(await measure(id, entry, outdir));
+  const text = section(rows);
+  console.log(text);
+  writeSection(text);
+  console.log(`Written to ${DOC.slice(PROJECT_ROOT.length + 1)}`);
+} finally {
+  rmSync(outdir, { recursive: true, force: true });
+}

@@ -1,0 +1,63 @@
+import { type App, Validations } from 'aws-cdk-lib';
+import { GatewayStack } from './gateway-stack.ts';
+import { gatewayNagPacks } from './nag.ts';
+
+/** What a deployment is configured with, read from CDK context (`-c key=value` or cdk.json). */
+export interface GatewayAppOptions {
+  readonly stage: string;
+  readonly production: boolean;
+  readonly upstreams: { anthropic?: string; openai?: string; openrouter?: string };
+  readonly alarmTopicArn?: string;
+}
+
+const STAGE = /^[a-z][a-z0-9-]{0,19}$/;
+
+/**
+ * Context keys: `stage` (default `dev`), `production` (default: true only for stage `prod`), `anthropicBaseUrl`,
+ * `openaiBaseUrl`, `openrouterBaseUrl`, `alarmTopicArn`.
+ */
+export function gatewayOptions(app: App): GatewayAppOptions {
+  const ctx = (key: string): unknown => app.node.tryGetContext(key);
+  const stage = String(ctx('stage') ?? 'dev');
+  if (!STAGE.test(stage)) throw new Error(`Context "stage" must match ${STAGE} (it names resources), got "${stage}"`);
+  const production = parseBoolean('production', ctx('production')) ?? stage === 'prod';
+  const text = (key: string): string | undefined => {
+    const value = ctx(key);
+    return value === undefined || value === '' ? undefined : String(value);
+  };
+  const upstreams: GatewayAppOptions['upstreams'] = {};
+  for (const provider of ['anthropic', 'openai', 'openrouter'] as const) {
+    const url = text(`${provider}BaseUrl`);
+    if (url === undefined) continue;
+    new URL(url); // a malformed URL fails the synth, not the first request
+    upstreams[provider] = url;
+  }
+  const alarmTopicArn = text('alarmTopicArn');
+  return { stage, production, upstreams, ...(alarmTopicArn ? { alarmTopicArn } : {}) };
+}
+
+function parseBoolean(key: string, value: unknown): boolean | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (value === true || value === 'true') return true;
+  if (value === false || value === 'false') return false;
+  throw new Error(`Context "${key}" must be true or false, got "${String(value)}"`);
+}
+
+export function stackName(stage: string): string {
+  return `PromptGateway-${stage}`;
+}
+
+/** The gateway app: one stack per stage, checked by cdk-nag (AwsSolutions + the gateway's own pack) on synth. */
+export function buildGatewayApp(app: App): GatewayStack {
+  const options = gatewayOptions(app);
+  const stack = new GatewayStack(app, stackName(options.stage), {
+    description: `Prompt gateway (${options.stage})`,
+    stage: options.stage,
+    production: options.production,
+    upstreams: options.upstreams,
+    ...(options.alarmTopicArn ? { alarmTopicArn: options.alarmTopicArn } : {}),
+    terminationProtection: options.production,
+  });
+  Validations.of(app).addPlugins(...gatewayNagPacks(app));
+  return stack;
+}

@@ -1,0 +1,80 @@
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { BuildOptions } from 'esbuild';
+
+/**
+ * How every Lambda handler is bundled — one description shared by the stack (NodejsFunction), the bundle-size
+ * benchmark and the cold-import test, so the three always build the same artefact. Plain data: no CDK import, so
+ * the benchmark and tests load it without loading aws-cdk-lib.
+ */
+
+/** The repository root (this file lives in `lib/`). */
+export const PROJECT_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+export const HANDLER_BUNDLE = {
+  format: 'esm',
+  target: 'node22',
+  platform: 'node',
+  minify: true,
+  sourcemap: true,
+  /**
+   * Maps without the sources' text: stack traces still resolve to file, line and name (NODE_OPTIONS
+   * --enable-source-maps), at a fraction of the map size Lambda must load on a cold start.
+   */
+  sourcesContent: false,
+  /** Prefer packages' ESM builds: better tree-shaking in an ESM bundle. */
+  mainFields: ['module', 'main'],
+  /** Lambda's ESM loader has no `require`; some bundled CommonJS dependencies call it for Node built-ins. */
+  banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
+  /**
+   * Nothing is external, not even `@aws-sdk/*`: the bundle carries the SDK versions the tests ran against instead
+   * of whatever the Lambda runtime ships, and a single minified file loads faster than the runtime's node_modules.
+   */
+  externalModules: [] as string[],
+} as const;
+
+/**
+ * The Lambda entry points, by function id. Prompt's file arrives with a later issue: the stack deploys the /prompt
+ * function only once it exists, and the benchmark and tests measure whichever entries exist.
+ */
+export const HANDLERS = {
+  Channeling: 'lambdas/handlers/channeling.ts',
+  ConjureApi: 'lambdas/handlers/conjure-api.ts',
+  Prompt: 'lambdas/handlers/prompt.ts',
+} as const;
+
+export type HandlerId = keyof typeof HANDLERS;
+
+/** Absolute path of a handler's entry file, or undefined while that file does not exist. */
+export function handlerEntry(id: HandlerId, root = PROJECT_ROOT): string | undefined {
+  const path = join(root, HANDLERS[id]);
+  return existsSync(path) ? path : undefined;
+}
+
+/** The handler entries that exist now, by id. */
+export function existingHandlers(root = PROJECT_ROOT): Array<{ id: HandlerId; entry: string }> {
+  return (Object.keys(HANDLERS) as HandlerId[]).flatMap((id) => {
+    const entry = handlerEntry(id, root);
+    return entry ? [{ id, entry }] : [];
+  });
+}
+
+/** esbuild build options equal to what NodejsFunction runs for `entry` (esbuild's JS API spelling). */
+export function esbuildOptions(entry: string, outfile: string): BuildOptions {
+  return {
+    entryPoints: [entry],
+    outfile,
+    bundle: true,
+    platform: HANDLER_BUNDLE.platform,
+    format: HANDLER_BUNDLE.format,
+    target: HANDLER_BUNDLE.target,
+    minify: HANDLER_BUNDLE.minify,
+    sourcemap: HANDLER_BUNDLE.sourcemap,
+    sourcesContent: HANDLER_BUNDLE.sourcesContent,
+    mainFields: [...HANDLER_BUNDLE.mainFields],
+    banner: { js: HANDLER_BUNDLE.banner },
+    external: [...HANDLER_BUNDLE.externalModules],
+    logLevel: 'error',
+  };
+}

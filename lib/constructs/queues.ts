@@ -1,0 +1,105 @@
+import { Duration } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { QUEUES } from '../../lambdas/store/queues.ts';
+import { removalPolicyFor } from './lifecycle.ts';
+
+export type QueueName = (typeof QUEUES)[number]['name'];
+
+/**
+ * The longest a consumer of each queue may run. A message stays invisible for six times that (AWS's advice for
+ * Lambda event sources), so a slow but healthy batch is never handed to a second consumer meanwhile.
+ */
+export const CONSUMER_TIMEOUTS: Record<QueueName, Duration> = {
+  /** The vessel executor: one run, up to Lambda's maximum. */
+  run: Duration.minutes(15),
+  /** The webhook sender: a 10 s delivery plus bookkeeping. */
+  webhook: Duration.seconds(30),
+};
+
+/** Batch sizes for the consumers: the executor runs one vessel per invocation, the webhook sender ten callbacks. */
+const BATCH_SIZES: Record<QueueName, number> = { run: 1, webhook: 10 };
+
+export interface GatewayQueue {
+  readonly name: QueueName;
+  /** `Run`, `Webhook`: the name as it appears in construct ids and alarm names. */
+  readonly label: string;
+  readonly envVar: (typeof QUEUES)[number]['envVar'];
+  readonly queue: sqs.Queue;
+  readonly deadLetterQueue: sqs.Queue;
+}
+
+export interface GatewayQueuesProps {
+  readonly production: boolean;
+}
+
+/**
+ * The run queue and the webhook queue of QUEUES (the local runtime declares the same ones in fauxqs), each with a
+ * dead-letter queue that keeps failures for 14 days. SQS-managed encryption, TLS enforced by queue policy.
+ */
+export class GatewayQueues extends Construct {
+  readonly byName: Record<QueueName, GatewayQueue>;
+
+  constructor(scope: Construct, id: string, props: GatewayQueuesProps) {
+    super(scope, id);
+    const removalPolicy = removalPolicyFor(props.production);
+    const entries = QUEUES.map((spec) => {
+      const label = spec.name.charAt(0).toUpperCase() + spec.name.slice(1);
+      const deadLetterQueue = new sqs.Queue(this, `${label}DeadLetterQueue`, {
+        retentionPeriod: Duration.days(14),
+        encryption: sqs.QueueEncryption.SQS_MANAGED,
+        enforceSSL: true,
+        removalPolicy,
+      });
+      const queue = new sqs.Queue(this, `${label}Queue`, {
+        visibilityTimeout: Duration.seconds(CONSUMER_TIMEOUTS[spec.name].toSeconds() * 6),
+        encryption: sqs.QueueEncryption.SQS_MANAGED,
+        enforceSSL: true,
+        deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: spec.maxReceiveCount },
+        removalPolicy,
+      });
+      return [spec.name, { name: spec.name, label, envVar: spec.envVar, queue, deadLetterQueue }] as const;
+    });
+    this.byName = Object.fromEntries(entries) as Record<QueueName, GatewayQueue>;
+  }
+
+  get all(): GatewayQueue[] {
+    return Object.values(this.byName);
+  }
+
+  /**
+   * Lets `fn` put messages on a queue — `sqs:SendMessage` on that queue only — and tells it the queue's URL
+   * (and, for the run queue, its ARN: EventBridge Scheduler targets it by ARN).
+   */
+  grantSend(name: QueueName, fn: lambda.Function): void {
+    const { queue, envVar } = this.byName[name];
+    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [queue.queueArn] }));
+    fn.addEnvironment(envVar, queue.queueUrl);
+    if (name === 'run') fn.addEnvironment('RUN_QUEUE_ARN', queue.queueArn);
+  }
+
+  /**
+   * Makes `fn` the queue's consumer: an SQS event source that reports partial batch failures (only the failed
+   * messages return to the queue). Refuses a consumer that may run longer than the queue's visibility was sized for.
+   */
+  attachConsumer(name: QueueName, fn: lambda.Function, options: { batchSize?: number; maxConcurrency?: number } = {}): void {
+    const limit = CONSUMER_TIMEOUTS[name];
+    const timeout = fn.timeout ?? Duration.seconds(3);
+    if (timeout.toSeconds() > limit.toSeconds()) {
+      throw new Error(
+        `The ${name} queue's visibility timeout is sized for consumers of at most ${limit.toHumanString()}; ` +
+          `${fn.node.path} runs for up to ${timeout.toHumanString()}. Raise CONSUMER_TIMEOUTS.${name} first.`,
+      );
+    }
+    fn.addEventSource(
+      new SqsEventSource(this.byName[name].queue, {
+        reportBatchItemFailures: true,
+        batchSize: options.batchSize ?? BATCH_SIZES[name],
+        ...(options.maxConcurrency ? { maxConcurrency: options.maxConcurrency } : {}),
+      }),
+    );
+  }
+}

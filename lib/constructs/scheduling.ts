@@ -1,0 +1,71 @@
+import { Stack, Validations } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as scheduler from 'aws-cdk-lib/aws-scheduler';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+
+export interface GatewaySchedulingProps {
+  readonly stage: string;
+  /** The queue due vessels are delivered to. */
+  readonly runQueue: sqs.IQueue;
+}
+
+/**
+ * EventBridge Scheduler for vessels due later than SQS's 15-minute delay allows: a schedule group the gateway's
+ * one-time schedules live in, and the role Scheduler assumes to deliver them — it may send to the run queue and
+ * do nothing else.
+ */
+export class GatewayScheduling extends Construct {
+  readonly group: scheduler.CfnScheduleGroup;
+  readonly groupName: string;
+  readonly role: iam.Role;
+  private readonly runQueue: sqs.IQueue;
+
+  constructor(scope: Construct, id: string, props: GatewaySchedulingProps) {
+    super(scope, id);
+    this.runQueue = props.runQueue;
+    this.groupName = `prompt-gateway-${props.stage}`;
+    this.group = new scheduler.CfnScheduleGroup(this, 'Group', { name: this.groupName });
+
+    const { account } = Stack.of(this);
+    this.role = new iam.Role(this, 'Role', {
+      description: `Prompt gateway (${props.stage}): EventBridge Scheduler delivers due vessels to the run queue`,
+      // Confused-deputy guard: only schedules in the gateway's group (Scheduler names the group as the source) may
+      // assume the role.
+      assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com', {
+        conditions: { StringEquals: { 'aws:SourceAccount': account, 'aws:SourceArn': this.group.attrArn } },
+      }),
+    });
+    // SQS-managed encryption: no KMS permission is needed to send.
+    this.role.addToPolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [props.runQueue.queueArn] }));
+  }
+
+  /** ARN of a schedule in the gateway's group. */
+  private scheduleArn(name: string): string {
+    return Stack.of(this).formatArn({ service: 'scheduler', resource: 'schedule', resourceName: `${this.groupName}/${name}` });
+  }
+
+  /**
+   * Lets `fn` create and delete one-time schedules in the gateway's group (and hand them the delivery role), and
+   * tells it the group, role and target queue (SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, RUN_QUEUE_ARN).
+   */
+  grantScheduling(fn: lambda.Function): void {
+    fn.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['scheduler:CreateSchedule', 'scheduler:DeleteSchedule'],
+        resources: [this.scheduleArn('*')],
+      }),
+    );
+    this.role.grantPassRole(fn.grantPrincipal);
+    fn.addEnvironment('SCHEDULE_GROUP_NAME', this.groupName);
+    fn.addEnvironment('SCHEDULER_ROLE_ARN', this.role.roleArn);
+    fn.addEnvironment('RUN_QUEUE_ARN', this.runQueue.queueArn);
+    Validations.of(fn).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/${this.groupName}/*]`,
+      reason:
+        'Schedule names are generated per vessel at run time, so the grant names the gateway\'s schedule group ' +
+        'and allows any schedule inside it — never schedules of other groups.',
+    });
+  }
+}

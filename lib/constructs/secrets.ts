@@ -1,0 +1,47 @@
+import { Validations } from 'aws-cdk-lib';
+import * as kms from 'aws-cdk-lib/aws-kms';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { Construct } from 'constructs';
+import { removalPolicyFor } from './lifecycle.ts';
+
+export interface GatewaySecretsProps {
+  readonly stage: string;
+  readonly production: boolean;
+}
+
+/**
+ * The two secrets the gateway holds:
+ * - a KMS key (yearly rotation) that encrypts projects' provider keys. The operator CLI encrypts with it from
+ *   outside AWS; in AWS only the channeling function may use it, and only to Decrypt.
+ * - the Secrets Manager secret with the service's own Anthropic key. It is created without a value; the operator
+ *   puts the key into it once (docs/deploy.md), and replaces it to rotate.
+ */
+export class GatewaySecrets extends Construct {
+  readonly providerKeysKey: kms.Key;
+  readonly anthropicKey: secretsmanager.Secret;
+
+  constructor(scope: Construct, id: string, props: GatewaySecretsProps) {
+    super(scope, id);
+    const removalPolicy = removalPolicyFor(props.production);
+
+    this.providerKeysKey = new kms.Key(this, 'ProviderKeysKey', {
+      description: `Prompt gateway (${props.stage}): encrypts projects' provider API keys`,
+      alias: `alias/prompt-gateway-${props.stage}-provider-keys`,
+      enableKeyRotation: true,
+      removalPolicy,
+    });
+
+    this.anthropicKey = new secretsmanager.Secret(this, 'AnthropicApiKey', {
+      description: `Prompt gateway (${props.stage}): the service's Anthropic API key (set it with aws secretsmanager put-secret-value)`,
+      removalPolicy,
+    });
+    // Created empty: no generated random string that would look like a key. The operator sets the real value.
+    (this.anthropicKey.node.defaultChild as secretsmanager.CfnSecret).addPropertyDeletionOverride('GenerateSecretString');
+    Validations.of(this.anthropicKey).acknowledge({
+      id: 'AwsSolutions-SMG4',
+      reason:
+        'The secret holds an Anthropic API key, which only the Anthropic console can issue: there is no rotation Lambda ' +
+        'that could mint a new one. Operators rotate it by hand (docs/deploy.md, "Rotating secrets").',
+    });
+  }
+}
