@@ -22,7 +22,7 @@ afterAll(async () => {
   await up.close();
 });
 
-const MODEL = 'claude-sonnet-4-5-20250929';
+const MODEL = 'claude-sonnet-4-6';
 
 function post(body: unknown, headers: Record<string, string> = { 'x-api-key': 'k' }, path = '/v1/messages'): Promise<Response> {
   return fetch(up.url + path, {

@@ -38,7 +38,7 @@ describe('GET /usage', () => {
 
     const { data: message, response } = await gw
       .client(token)
-      .messages.create({ model: 'claude-sonnet-4-5', max_tokens: 200, messages: [{ role: 'user', content: 'Tell me something [[words:20]]' }] })
+      .messages.create({ model: 'claude-sonnet-4-6', max_tokens: 200, messages: [{ role: 'user', content: 'Tell me something [[words:20]]' }] })
       .withResponse();
     expect(message.usage.output_tokens).toBe(20);
     expect(message.usage.input_tokens).toBeGreaterThan(0);
@@ -64,7 +64,7 @@ describe('GET /usage', () => {
   it('charges cache reads and writes at their own prices', async () => {
     const token = await gw.token({ user: 'carol', budget: { ai: 1_000_000, window: 'hour' } });
     const message = await gw.client(token).messages.create({
-      model: 'claude-sonnet-4-5',
+      model: 'claude-sonnet-4-6',
       max_tokens: 50,
       messages: [{ role: 'user', content: `${'lorem ipsum '.repeat(200)}[[words:3]] [[cache:read=100,write=50]]` }],
     });
@@ -92,7 +92,7 @@ describe('GET /usage', () => {
     // a 5 µ$ budget: the first request is admitted (nothing used yet) and costs more than the whole budget
     const token = await gw.token({ user: 'dave', budget: { ai: 5, compute: 600, window: 'day' } });
     const client = gw.client(token);
-    const message = await client.messages.create({ model: 'claude-sonnet-4-5', max_tokens: 10, messages: [{ role: 'user', content: 'hi [[words:2]]' }] });
+    const message = await client.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: 'hi [[words:2]]' }] });
     const cost = message.usage.input_tokens * 3 + message.usage.output_tokens * 15;
     expect(cost).toBeGreaterThan(5);
 
@@ -109,7 +109,7 @@ describe('GET /usage', () => {
     });
 
     const err = await client.messages
-      .create({ model: 'claude-sonnet-4-5', max_tokens: 10, messages: [{ role: 'user', content: 'again' }] })
+      .create({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: 'again' }] })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.RateLimitError);
     const apiErr = err as InstanceType<typeof Anthropic.RateLimitError>;
