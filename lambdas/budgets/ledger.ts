@@ -222,8 +222,16 @@ export async function settle(reservation: Reservation, actual: Amounts): Promise
  * Returns how many holds this call settled.
  */
 export async function sweepExpired(key: WindowRef, now = new Date()): Promise<number> {
+  return settleExpiredHolds(key, await readWindowItem(key), now);
+}
+
+async function readWindowItem(key: WindowRef): Promise<Record<string, unknown> | undefined> {
   const out = await documentClient().send(new GetCommand({ TableName: table(), Key: { pk: key.pk }, ConsistentRead: true }));
-  const holds = (out.Item?.holds ?? {}) as Record<string, { ai: number; compute: number; expiresAt: number }>;
+  return out.Item;
+}
+
+async function settleExpiredHolds(key: WindowRef, item: Record<string, unknown> | undefined, now: Date): Promise<number> {
+  const holds = (item?.holds ?? {}) as Record<string, { ai: number; compute: number; expiresAt: number }>;
   const nowSeconds = Math.floor(now.getTime() / 1000);
   let settled = 0;
   for (const [id, hold] of Object.entries(holds)) {
@@ -234,12 +242,16 @@ export async function sweepExpired(key: WindowRef, now = new Date()): Promise<nu
   return settled;
 }
 
-/** The caller's current window, with expired holds swept first so the figures are honest. */
+/** The caller's current window. Expired holds are swept first (and the window read again) so the figures are honest. */
 export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>, now = new Date()): Promise<WindowUsage> {
   const key = windowFor(caller, now);
-  await sweepExpired(key, now);
-  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: { pk: key.pk }, ConsistentRead: true }));
-  return toUsage(key, out.Item);
+  let item = await readWindowItem(key);
+  if (item && hasExpiredHold(item, now)) {
+    // Re-read even if a concurrent sweep settled them first: the item in hand still shows them as held.
+    await settleExpiredHolds(key, item, now);
+    item = await readWindowItem(key);
+  }
+  return toUsage(key, item);
 }
 
 // ---- developer plan: compute seconds used by all of a developer's projects in the calendar month ----
