@@ -10,10 +10,11 @@ import { reserve, settle } from '../lambdas/budgets/ledger.ts';
  * (b) through the gateway (auth, pricing, reservation and settlement on DynamoDB Local, SSE pass-through) to that
  * same upstream. Upstream, gateway and load generator are three processes. Results go to docs/benchmarks.md.
  *
- * Knobs: BENCH_REQUESTS (per scenario, default 400), BENCH_CONCURRENCY (default 8), BENCH_WARMUP (default 40).
+ * Knobs: BENCH_REQUESTS (per scenario, default 400), BENCH_CONCURRENCY (comma-separated levels, default 1,8),
+ * BENCH_WARMUP (default 40). Concurrency 1 shows the fixed cost per request, 8 the cost under contention.
  */
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 400);
-const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
+const CONCURRENCY_LEVELS = (process.env.BENCH_CONCURRENCY ?? '1,8').split(',').map(Number);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 40);
 const MODEL = 'claude-sonnet-4-6';
 const PROMPT = 'Benchmark [[words:20]]';
@@ -61,13 +62,13 @@ async function once(s: Scenario): Promise<{ total: number; firstByte: number }> 
   return { total: performance.now() - started, firstByte };
 }
 
-/** Runs `task` `count` times, CONCURRENCY at a time; returns each run's result and the wall time in seconds. */
-async function concurrently<T>(count: number, task: () => Promise<T>): Promise<{ results: T[]; seconds: number }> {
+/** Runs `task` `count` times, `concurrency` at a time; returns each run's result and the wall time in seconds. */
+async function concurrently<T>(count: number, concurrency: number, task: () => Promise<T>): Promise<{ results: T[]; seconds: number }> {
   const results: T[] = [];
   let next = 0;
   const started = performance.now();
   await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
+    Array.from({ length: concurrency }, async () => {
       while (next < count) {
         next++;
         results.push(await task());
@@ -82,8 +83,10 @@ function percentile(xs: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
-async function run(s: Scenario, count: number) {
-  const { results, seconds } = await concurrently(count, () => once(s));
+type Figures = { p50: number; p99: number; ttfb50: number; rps: number };
+
+async function run(s: Scenario, count: number, concurrency: number): Promise<Figures> {
+  const { results, seconds } = await concurrently(count, concurrency, () => once(s));
   const totals = results.map((r) => r.total);
   return { p50: percentile(totals, 50), p99: percentile(totals, 99), ttfb50: percentile(results.map((r) => r.firstByte), 50), rps: count / seconds };
 }
@@ -112,17 +115,20 @@ async function main() {
       { name: 'direct, SSE', url: upstreamUrl, headers: { 'x-api-key': 'sk-bench' }, stream: true },
       { name: 'gateway, SSE', url: gatewayUrl, headers: { 'x-api-key': token }, stream: true },
     ];
-    const results: Record<string, Awaited<ReturnType<typeof run>>> = {};
-    for (const s of scenarios) {
-      await run(s, WARMUP);
-      results[s.name] = await run(s, REQUESTS);
-      const r = results[s.name]!;
-      console.log(`${s.name.padEnd(14)} p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  first byte p50 ${r.ttfb50.toFixed(2)} ms  ${r.rps.toFixed(0)} req/s`);
+    const byLevel = new Map<number, Record<string, Figures>>();
+    for (const concurrency of CONCURRENCY_LEVELS) {
+      const results: Record<string, Figures> = {};
+      for (const s of scenarios) {
+        await run(s, WARMUP, concurrency);
+        results[s.name] = await run(s, REQUESTS, concurrency);
+      }
+      results['ledger only'] = await ledgerOnly(dataDir, concurrency);
+      for (const [name, r] of Object.entries(results)) {
+        console.log(`c=${concurrency} ${name.padEnd(14)} p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  first byte p50 ${r.ttfb50.toFixed(2)} ms  ${r.rps.toFixed(0)} req/s`);
+      }
+      byLevel.set(concurrency, results);
     }
-    results['ledger only'] = await ledgerOnly(dataDir);
-    const l = results['ledger only'];
-    console.log(`ledger only    p50 ${l.p50.toFixed(2)} ms  p99 ${l.p99.toFixed(2)} ms  (one reserve + one settle on DynamoDB Local, ${CONCURRENCY} concurrent)`);
-    writeReport(results);
+    writeReport(byLevel);
   } finally {
     for (const c of children) c.kill('SIGTERM');
     await new Promise((r) => setTimeout(r, 1500));
@@ -131,12 +137,12 @@ async function main() {
 }
 
 /** The ledger's share: reserve + settle against the gateway's own DynamoDB Local, same concurrency, one user. */
-async function ledgerOnly(dataDir: string) {
+async function ledgerOnly(dataDir: string, concurrency: number): Promise<Figures> {
   const runtime = JSON.parse(readFileSync(join(dataDir, 'runtime.json'), 'utf8')) as { dynamoEndpoint: string; tables: Record<string, string> };
   Object.assign(process.env, { DYNAMODB_ENDPOINT: runtime.dynamoEndpoint, ...runtime.tables, AWS_ACCESS_KEY_ID: 'local', AWS_SECRET_ACCESS_KEY: 'local' });
   const caller = { projectId: 'bench', userId: 'ledger', budget: { ai: Number.MAX_SAFE_INTEGER, compute: 0, window: 'day' as const } };
   const pass = (count: number) =>
-    concurrently(count, async () => {
+    concurrently(count, concurrency, async () => {
       const t = performance.now();
       const r = await reserve({ caller, amounts: { ai: 100, compute: 0 }, enforce: ['ai'] });
       if (r.ok) await settle(r.reservation, { ai: 66, compute: 0 });
@@ -147,20 +153,32 @@ async function ledgerOnly(dataDir: string) {
   return { p50: percentile(times, 50), p99: percentile(times, 99), ttfb50: percentile(times, 50), rps: REQUESTS / seconds };
 }
 
-function writeReport(results: Record<string, { p50: number; p99: number; ttfb50: number; rps: number }>) {
-  const row = (name: string) => {
-    const r = results[name]!;
-    return `| ${name} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.ttfb50.toFixed(2)} | ${r.rps.toFixed(0)} |`;
-  };
-  const overhead = (kind: 'JSON' | 'SSE') => {
-    const d = results[`direct, ${kind}`]!;
-    const g = results[`gateway, ${kind}`]!;
-    return `${kind}: +${(g.p50 - d.p50).toFixed(2)} ms at p50, +${(g.p99 - d.p99).toFixed(2)} ms at p99`;
+function writeReport(byLevel: Map<number, Record<string, Figures>>) {
+  const table = (concurrency: number, results: Record<string, Figures>) => {
+    const row = (name: string) => {
+      const r = results[name]!;
+      return `| ${name} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.ttfb50.toFixed(2)} | ${r.rps.toFixed(0)} |`;
+    };
+    const overhead = (kind: 'JSON' | 'SSE') => {
+      const d = results[`direct, ${kind}`]!;
+      const g = results[`gateway, ${kind}`]!;
+      return `${kind} +${(g.p50 - d.p50).toFixed(2)} ms at p50, +${(g.p99 - d.p99).toFixed(2)} ms at p99`;
+    };
+    return [
+      `### Concurrency ${concurrency}`,
+      '',
+      '| scenario | p50 ms | p99 ms | first byte p50 ms | req/s |',
+      '|---|---|---|---|---|',
+      ...['direct, JSON', 'gateway, JSON', 'direct, SSE', 'gateway, SSE', 'ledger only'].map(row),
+      '',
+      `Gateway overhead: ${overhead('JSON')}; ${overhead('SSE')}.`,
+      '',
+    ];
   };
   const section = [
     '## Proxy overhead',
     '',
-    'Command: `npm run bench` ' + `(BENCH_REQUESTS=${REQUESTS}, BENCH_CONCURRENCY=${CONCURRENCY}, BENCH_WARMUP=${WARMUP}).`,
+    'Command: `npm run bench` ' + `(BENCH_REQUESTS=${REQUESTS}, BENCH_CONCURRENCY=${CONCURRENCY_LEVELS.join(',')}, BENCH_WARMUP=${WARMUP}).`,
     '',
     `Measured ${new Date().toISOString().slice(0, 10)} on ${availableParallelism()} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'}), Node ${process.version}.`,
     `Each request: \`${MODEL}\`, max_tokens 64, a 20-word answer from the simulated upstream. Upstream, gateway`,
@@ -168,20 +186,13 @@ function writeReport(results: Record<string, { p50: number; p99: number; ttfb50:
     'path includes token verification, pricing, the DynamoDB Local reservation and settlement (two conditional writes)',
     'and, for SSE, metering every event it passes through.',
     '',
-    '| scenario | p50 ms | p99 ms | first byte p50 ms | req/s |',
-    '|---|---|---|---|---|',
-    row('direct, JSON'),
-    row('gateway, JSON'),
-    row('direct, SSE'),
-    row('gateway, SSE'),
-    row('ledger only'),
-    '',
-    '"ledger only" is one reservation and one settlement on DynamoDB Local at the same concurrency, with no HTTP:',
+    ...[...byLevel].flatMap(([c, r]) => table(c, r)),
+    '"ledger only" is one reservation and one settlement on DynamoDB Local, with no HTTP, at the same concurrency:',
     "the share of the gateway's overhead that belongs to the local store. DynamoDB Local is a Java process writing",
-    'to SQLite and serialises writes to one item; DynamoDB itself answers a conditional write in single-digit',
-    'milliseconds, so in AWS this share is far smaller.',
-    '',
-    `Overhead — ${overhead('JSON')}; ${overhead('SSE')}.`,
+    'to SQLite; it takes a few milliseconds per call and serialises writes to one item, so under concurrency the',
+    "requests of one user queue behind each other. DynamoDB answers a conditional write in single-digit milliseconds",
+    'without that queue, so in AWS this share is far smaller. The remainder is the gateway itself (HTTP, the event',
+    'adapters, token verification, pricing, SSE metering).',
     '',
   ].join('\n');
   const file = 'docs/benchmarks.md';
