@@ -166,6 +166,23 @@ function usageOf(u: TokenUsage & { cache_creation?: { ephemeral_1h_input_tokens?
 }
 
 /**
+ * Settlements of streams still being written to the ledger. An invocation must not end with any: Lambda may freeze
+ * the instance as soon as it returns, and the charge would then wait for the sweep. A cancelled stream's `cancel()`
+ * awaits its settlement and the response pipe waits for `cancel()`; the channeling handler also awaits this set
+ * after the pipe, so the guarantee does not rest on how the body happens to be piped.
+ */
+const settling = new Set<Promise<unknown>>();
+
+export async function settlementsInFlight(): Promise<void> {
+  await Promise.allSettled([...settling]);
+}
+
+/** How many stream settlements are still being written. */
+export function unsettledStreams(): number {
+  return settling.size;
+}
+
+/**
  * Passes the provider's SSE bytes through as they arrive while the meter reads the usage. The charge is settled
  * before the stream closes (so a Lambda never freezes with it pending); a broken upstream becomes an `event: error`;
  * a client that goes away aborts the upstream and is charged for what was produced.
@@ -181,11 +198,13 @@ function meteredStream(
   const meter = new StreamMeter();
   let settled: Promise<unknown> | undefined;
   const finish = () => {
-    settled ??= (() => {
+    if (!settled) {
       meter.end();
       const micros = result.reportedCostMicros?.() ?? charge(pricing, meter.tokens()).microdollars;
-      return settleCharge(reservation, micros, context);
-    })();
+      const pending = settleCharge(reservation, micros, context).finally(() => settling.delete(pending));
+      settling.add(pending);
+      settled = pending;
+    }
     return settled;
   };
   return new ReadableStream<Uint8Array>(
@@ -216,9 +235,11 @@ function meteredStream(
         }
       },
       async cancel() {
+        // Registered before anything is awaited, so the handler's wait for settlements already sees it.
+        const charged = finish();
         abort.abort();
         await reader.cancel().catch(() => undefined);
-        await finish();
+        await charged;
       },
     },
     { highWaterMark: 0 },

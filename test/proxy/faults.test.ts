@@ -1,8 +1,11 @@
+import { createServer, type Server } from 'node:http';
 import Anthropic, { APIError } from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { estimateInputTokens } from '../../bin/local/upstreams/script.ts';
+import { functionUrlEvent, readBody } from '../../bin/local/events.ts';
+import { invokeStreaming } from '../../bin/local/runtime.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 const TIMEOUT_MS = 700;
@@ -130,5 +133,42 @@ describe('upstream failures', () => {
     expect(usage.openHolds).toBe(0);
     // The gateway hung up on the upstream instead of letting it run on (40 words at 40 ms would take 1.6 s more).
     await expect.poll(() => upstreamCall.outcome, { timeout: 1000 }).toBe('client_closed');
+  });
+
+  it('the invocation does not end before a disconnected client has been charged', async () => {
+    // The channeling handler served by hand, so the test knows the moment the invocation returns (as Lambda would).
+    const { handler } = await import('../../lambdas/handlers/channeling.ts');
+    const { unsettledStreams } = await import('../../lambdas/proxy/messages.ts');
+    let invocation: Promise<void> | undefined;
+    const server: Server = createServer((req, res) => {
+      invocation = readBody(req).then((body) => invokeStreaming(handler, functionUrlEvent(req, body), res, 'channeling'));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const u = await user();
+      const params = body('[[words:40]] [[delay:40]]');
+      const controller = new AbortController();
+      const res = await fetch(`http://127.0.0.1:${(server.address() as { port: number }).port}/v1/messages`, {
+        method: 'POST',
+        headers: { 'x-api-key': await gw.token({ user: u.id, budget: claim }), 'content-type': 'application/json' },
+        body: JSON.stringify({ ...params, stream: true }),
+        signal: controller.signal,
+      });
+      const reader = res.body!.getReader();
+      let seen = '';
+      while ((seen.match(/content_block_delta/g) ?? []).length < 2) seen += new TextDecoder().decode((await reader.read()).value);
+      controller.abort();
+      await invocation;
+      // Nothing is left to write when the handler returns (Lambda may freeze the instance right then) …
+      expect(unsettledStreams()).toBe(0);
+      // … and the charge is in the ledger, read at once without polling.
+      const usage = await u.usage();
+      expect(usage.openHolds).toBe(0);
+      expect(usage.reserved.ai).toBe(0);
+      expect(usage.used.ai).toBeGreaterThanOrEqual(estimateInputTokens(params) * 3 + 2 * 15);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 });
