@@ -33,6 +33,21 @@ async function settledUsage(usage: () => ReturnType<typeof readUsage>) {
   return usage();
 }
 
+/** Streams `params` from `baseUrl` as user `userId`, reads until `deltas` text deltas arrived, then hangs up. */
+async function disconnectAfter(baseUrl: string, userId: string, params: object, deltas: number): Promise<void> {
+  const controller = new AbortController();
+  const res = await fetch(`${baseUrl}/v1/messages`, {
+    method: 'POST',
+    headers: { 'x-api-key': await gw.token({ user: userId, budget: claim }), 'content-type': 'application/json' },
+    body: JSON.stringify({ ...params, stream: true }),
+    signal: controller.signal,
+  });
+  const reader = res.body!.getReader();
+  let seen = '';
+  while ((seen.match(/content_block_delta/g) ?? []).length < deltas) seen += new TextDecoder().decode((await reader.read()).value);
+  controller.abort();
+}
+
 const body = (content: string, max_tokens = 100) => ({ model: 'claude-sonnet-4-6', max_tokens, messages: [{ role: 'user' as const, content }] });
 
 describe('upstream failures', () => {
@@ -112,17 +127,7 @@ describe('upstream failures', () => {
   it('a client that disconnects mid-stream aborts the upstream and pays for what was produced', async () => {
     const u = await user();
     const params = body('[[words:40]] [[delay:40]]');
-    const controller = new AbortController();
-    const res = await fetch(`${gw.url}/v1/messages`, {
-      method: 'POST',
-      headers: { 'x-api-key': await gw.token({ user: u.id, budget: claim }), 'content-type': 'application/json' },
-      body: JSON.stringify({ ...params, stream: true }),
-      signal: controller.signal,
-    });
-    const reader = res.body!.getReader();
-    let seen = '';
-    while ((seen.match(/content_block_delta/g) ?? []).length < 3) seen += new TextDecoder().decode((await reader.read()).value);
-    controller.abort();
+    await disconnectAfter(gw.url, u.id, params, 3);
     const upstreamCall = gw.upstreams.anthropic!.requests.at(-1)!;
     const usage = await settledUsage(u.usage);
     const input = estimateInputTokens(params) * 3;
@@ -147,17 +152,7 @@ describe('upstream failures', () => {
     try {
       const u = await user();
       const params = body('[[words:40]] [[delay:40]]');
-      const controller = new AbortController();
-      const res = await fetch(`http://127.0.0.1:${(server.address() as { port: number }).port}/v1/messages`, {
-        method: 'POST',
-        headers: { 'x-api-key': await gw.token({ user: u.id, budget: claim }), 'content-type': 'application/json' },
-        body: JSON.stringify({ ...params, stream: true }),
-        signal: controller.signal,
-      });
-      const reader = res.body!.getReader();
-      let seen = '';
-      while ((seen.match(/content_block_delta/g) ?? []).length < 2) seen += new TextDecoder().decode((await reader.read()).value);
-      controller.abort();
+      await disconnectAfter(`http://127.0.0.1:${(server.address() as { port: number }).port}`, u.id, params, 2);
       await invocation;
       // Nothing is left to write when the handler returns (Lambda may freeze the instance right then) …
       expect(unsettledStreams()).toBe(0);
