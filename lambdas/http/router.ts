@@ -52,9 +52,8 @@ export class Router {
   };
 }
 
-/** Reads a JSON body; undefined when it is not valid JSON (the caller answers 400 with its own envelope). */
-export async function readJson(req: Request): Promise<{ ok: true; value: unknown } | { ok: false; message: string }> {
-  const text = await req.text();
+/** Parses a request body as JSON; a failure says what is wrong (the caller answers 400 in its own envelope). */
+export function parseJsonBody(text: string): { ok: true; value: unknown } | { ok: false; message: string } {
   if (text.trim() === '') return { ok: false, message: 'Request body is empty; expected a JSON object' };
   try {
     return { ok: true, value: JSON.parse(text) };

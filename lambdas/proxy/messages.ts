@@ -1,7 +1,7 @@
 import type { Caller } from '../auth/claims.ts';
 import { reserve, settle, type Reservation } from '../budgets/ledger.ts';
 import { env } from '../config/env.ts';
-import { readJson } from '../http/router.ts';
+import { parseJsonBody } from '../http/router.ts';
 import { logger } from '../observability/logger.ts';
 import { metrics, MetricUnit } from '../observability/metrics.ts';
 import { charge, priceFor, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
@@ -41,7 +41,7 @@ async function prepare(req: Request, schema: typeof MessagesBody | typeof CountT
   const auth = await authenticate(req);
   if ('response' in auth) return auth.response;
   const rawBody = await req.text();
-  const json = await readJson(new Request(req.url, { method: 'POST', body: rawBody }));
+  const json = parseJsonBody(rawBody);
   if (!json.ok) return errorResponse(400, 'invalid_request_error', json.message);
   const parsed = schema.safeParse(json.value);
   if (!parsed.success) return errorResponse(400, 'invalid_request_error', describeIssue(parsed.error));
