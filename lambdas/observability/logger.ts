@@ -4,7 +4,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
  * One structured JSON logger for every function. Tokens, keys and secrets must never reach a log line: the gateway
  * never logs headers or bodies, and `redact` masks known-sensitive fields of anything it is given.
  */
-export const logger = new Logger({ serviceName: 'prompt-gateway' });
+export const logger = new Logger({ serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'prompt-gateway' });
 
 const SENSITIVE = /^(authorization|x-api-key|token|secret|api[-_]?key|password|cookie)$/i;
 

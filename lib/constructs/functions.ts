@@ -10,7 +10,8 @@ import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
 
 /** What the metrics the functions emit are filed under (see lambdas/observability/metrics.ts). */
 export const METRICS_NAMESPACE = 'PromptGateway';
-export const SERVICE_NAME = 'prompt-gateway';
+/** The `service` of logs and the metrics' dimension: one per stage, so stages can share an account and region. */
+export const serviceName = (stage: string) => `prompt-gateway-${stage}`;
 
 export interface GatewayFunctionProps {
   /** Absolute path of the handler's entry file. */
@@ -76,7 +77,7 @@ export class GatewayFunction extends Construct {
       environment: {
         STAGE: props.stage,
         NODE_OPTIONS: '--enable-source-maps',
-        POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
+        POWERTOOLS_SERVICE_NAME: serviceName(props.stage),
         POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
         POWERTOOLS_LOG_LEVEL: 'INFO',
         ...props.environment,

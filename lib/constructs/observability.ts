@@ -6,7 +6,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { METRICS_NAMESPACE, SERVICE_NAME } from './functions.ts';
+import { METRICS_NAMESPACE, serviceName } from './functions.ts';
 
 /** The metrics the handlers emit through Powertools (embedded metric format — no PutMetricData permission needed). */
 type GatewayMetricName = 'Requests' | 'Errors' | 'SpendMicrodollars' | 'UpstreamLatency' | 'LedgerErrors';
@@ -48,17 +48,17 @@ export class GatewayObservability extends Construct {
     };
 
     // --- Gateway metrics (Powertools EMF) ---
-    const requests = gatewayMetric('Requests', 'Sum');
-    const errors = gatewayMetric('Errors', 'Sum');
+    const requests = gatewayMetric(props.stage, 'Requests', 'Sum');
+    const errors = gatewayMetric(props.stage, 'Errors', 'Sum');
     const spendUsd = new cw.MathExpression({
       expression: 'spend / 1000000',
-      usingMetrics: { spend: gatewayMetric('SpendMicrodollars', 'Sum') },
+      usingMetrics: { spend: gatewayMetric(props.stage, 'SpendMicrodollars', 'Sum') },
       label: 'Spend (USD)',
       period: PERIOD,
     });
-    const latencyP50 = gatewayMetric('UpstreamLatency', 'p50');
-    const latencyP99 = gatewayMetric('UpstreamLatency', 'p99');
-    const ledgerErrors = gatewayMetric('LedgerErrors', 'Sum');
+    const latencyP50 = gatewayMetric(props.stage, 'UpstreamLatency', 'p50');
+    const latencyP99 = gatewayMetric(props.stage, 'UpstreamLatency', 'p99');
+    const ledgerErrors = gatewayMetric(props.stage, 'LedgerErrors', 'Sum');
 
     alarm('GatewayErrorRate', {
       metric: new cw.MathExpression({
@@ -186,11 +186,11 @@ export class GatewayObservability extends Construct {
   }
 }
 
-function gatewayMetric(metricName: GatewayMetricName, statistic: string): cw.Metric {
+function gatewayMetric(stage: string, metricName: GatewayMetricName, statistic: string): cw.Metric {
   return new cw.Metric({
     namespace: METRICS_NAMESPACE,
     metricName,
-    dimensionsMap: { service: SERVICE_NAME },
+    dimensionsMap: { service: serviceName(stage) },
     statistic,
     period: PERIOD,
     label: statistic === 'Sum' ? metricName : `${metricName} ${statistic}`,

@@ -21,7 +21,7 @@ const lambdaEnv: NodeJS.ProcessEnv = {
   AWS_REGION: 'eu-west-1',
   STAGE: 'test',
   NODE_OPTIONS: '--enable-source-maps',
-  POWERTOOLS_SERVICE_NAME: 'prompt-gateway',
+  POWERTOOLS_SERVICE_NAME: 'prompt-gateway-dev',
   POWERTOOLS_METRICS_NAMESPACE: 'PromptGateway',
   POWERTOOLS_LOG_LEVEL: 'INFO',
   PROVIDER_KEYS_KMS_KEY_ID: 'arn:aws:kms:eu-west-1:123456789012:key/00000000-0000-0000-0000-000000000000',

@@ -129,7 +129,7 @@ describe('functions', () => {
       const vars = (props.Environment as { Variables: Record<string, unknown> }).Variables;
       expect(vars).toMatchObject({
         NODE_OPTIONS: '--enable-source-maps',
-        POWERTOOLS_SERVICE_NAME: 'prompt-gateway',
+        POWERTOOLS_SERVICE_NAME: 'prompt-gateway-dev',
         POWERTOOLS_METRICS_NAMESPACE: 'PromptGateway',
         POWERTOOLS_LOG_LEVEL: 'INFO',
         STAGE: 'dev',
@@ -418,7 +418,7 @@ describe('observability', () => {
       Metrics: [
         {
           MetricStat: {
-            Metric: { Namespace: 'PromptGateway', MetricName: 'LedgerErrors', Dimensions: [{ Name: 'service', Value: 'prompt-gateway' }] },
+            Metric: { Namespace: 'PromptGateway', MetricName: 'LedgerErrors', Dimensions: [{ Name: 'service', Value: 'prompt-gateway-dev' }] },
             Stat: 'Sum',
           },
         },
