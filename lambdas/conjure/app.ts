@@ -10,6 +10,7 @@ import { conjureError } from './errors.ts';
 export function conjureApp(): { fetch(req: Request): Promise<Response> } {
   const router = new Router({
     notFound: (req) => conjureError(404, 'not_found', `No route for ${req.method} ${new URL(req.url).pathname}`),
+    methodNotAllowed: (req) => conjureError(405, 'method_not_allowed', `${req.method} is not allowed on ${new URL(req.url).pathname}`),
     onError: (err) => {
       logger.error('conjure request failed', { error: err as Error });
       return conjureError(500, 'internal_error', 'The gateway failed to handle this request');

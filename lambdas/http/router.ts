@@ -17,6 +17,8 @@ export class Router {
   constructor(
     private readonly fallbacks: {
       notFound: (req: Request) => Response;
+      /** The path exists but not for this method (405), in the app's envelope. */
+      methodNotAllowed: (req: Request) => Response;
       /** An unexpected failure: answered in the app's own error envelope, never as a bare crash. */
       onError: (err: unknown, req: Request) => Response;
     },
@@ -47,7 +49,7 @@ export class Router {
         return this.fallbacks.onError(err, req);
       }
     }
-    if (pathMatched) return Response.json({ error: 'method_not_allowed', message: `${req.method} is not allowed on ${pathname}` }, { status: 405 });
+    if (pathMatched) return this.fallbacks.methodNotAllowed(req);
     return this.fallbacks.notFound(req);
   };
 }

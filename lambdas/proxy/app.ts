@@ -10,6 +10,7 @@ import { getModel, listModels } from './models.ts';
 export function proxyApp(): { fetch(req: Request): Promise<Response> } {
   const router = new Router({
     notFound: (req) => errorResponse(404, 'not_found_error', `No route for ${req.method} ${new URL(req.url).pathname}`),
+    methodNotAllowed: (req) => errorResponse(405, 'invalid_request_error', `${req.method} is not allowed on ${new URL(req.url).pathname}`),
     onError: (err) => {
       logger.error('proxy request failed', { error: err as Error });
       return errorResponse(500, 'api_error', 'The gateway failed to handle this request');

@@ -204,6 +204,15 @@ describe('errors in the Anthropic envelope', () => {
     expect(Number(response.headers.get('x-gateway-cost-microdollars'))).toBe(Math.ceil(data.usage.input_tokens * 2 + data.usage.output_tokens * 4));
   });
 
+  it('answers a wrong method in the Anthropic envelope', async () => {
+    const res = await fetch(`${gw.url}/v1/messages`, { headers: { 'x-api-key': token } });
+    expect(res.status).toBe(405);
+    expect(await res.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: 'GET is not allowed on /v1/messages' } });
+    const conjure = await fetch(`${gw.url}/usage`, { method: 'POST' });
+    expect(conjure.status).toBe(405);
+    expect(await conjure.json()).toEqual({ error: 'method_not_allowed', message: 'POST is not allowed on /usage' });
+  });
+
   it('answers an unknown route with not_found_error', async () => {
     const res = await fetch(`${gw.url}/v1/nothing`, { headers: { 'x-api-key': token } });
     expect(res.status).toBe(404);
