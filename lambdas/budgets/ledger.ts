@@ -157,12 +157,13 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
         await ensureWindowItem(key);
         continue;
       }
-      const usage = toUsage(key, item);
-      if (!swept && hasExpiredHold(item, now)) {
+      if (!swept && expiredHolds(item, now).length > 0) {
         swept = true;
-        await sweepExpired(key, now);
+        // The item the condition saw is current: sweep from it rather than reading it again.
+        await settleExpiredHolds(key, item, now);
         continue;
       }
+      const usage = toUsage(key, item);
       const exhausted = input.enforce.filter((m) => usage.used[m] + usage.reserved[m] >= input.caller.budget[m]);
       return { ok: false, usage, exhausted };
     }
@@ -170,9 +171,12 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   throw new Error(`Could not create usage window ${key.pk}`);
 }
 
-function hasExpiredHold(item: Record<string, unknown>, now: Date): boolean {
-  const holds = (item.holds ?? {}) as Record<string, { expiresAt: number }>;
-  return Object.values(holds).some((h) => h.expiresAt <= Math.floor(now.getTime() / 1000));
+type Hold = { ai: number; compute: number; expiresAt: number };
+
+/** The window item's holds whose expiry has passed at `now`. */
+function expiredHolds(item: Record<string, unknown> | undefined, now: Date): [string, Hold][] {
+  const nowSeconds = Math.floor(now.getTime() / 1000);
+  return Object.entries((item?.holds ?? {}) as Record<string, Hold>).filter(([, hold]) => hold.expiresAt <= nowSeconds);
 }
 
 export interface SettleOutcome {
@@ -231,11 +235,8 @@ async function readWindowItem(key: WindowRef): Promise<Record<string, unknown> |
 }
 
 async function settleExpiredHolds(key: WindowRef, item: Record<string, unknown> | undefined, now: Date): Promise<number> {
-  const holds = (item?.holds ?? {}) as Record<string, { ai: number; compute: number; expiresAt: number }>;
-  const nowSeconds = Math.floor(now.getTime() / 1000);
   let settled = 0;
-  for (const [id, hold] of Object.entries(holds)) {
-    if (hold.expiresAt > nowSeconds) continue;
+  for (const [id, hold] of expiredHolds(item, now)) {
     const held = { ai: hold.ai, compute: hold.compute };
     if ((await settle({ id, key, held, expiresAt: hold.expiresAt }, held)).settled) settled++;
   }
@@ -246,7 +247,7 @@ async function settleExpiredHolds(key: WindowRef, item: Record<string, unknown> 
 export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>, now = new Date()): Promise<WindowUsage> {
   const key = windowFor(caller, now);
   let item = await readWindowItem(key);
-  if (item && hasExpiredHold(item, now)) {
+  if (expiredHolds(item, now).length > 0) {
     // Re-read even if a concurrent sweep settled them first: the item in hand still shows them as held.
     await settleExpiredHolds(key, item, now);
     item = await readWindowItem(key);
