@@ -5,7 +5,6 @@ import { startFauxqs } from 'fauxqs';
 import { QUEUES } from '../../lambdas/store/queues.ts';
 import { lambdaContext } from './events.ts';
 
-
 export interface LocalQueues {
   endpoint: string;
   urls: Record<(typeof QUEUES)[number]['envVar'], string>;

@@ -6,5 +6,3 @@ export const QUEUES = [
   { envVar: 'RUN_QUEUE_URL', name: 'run', maxReceiveCount: 5 },
   { envVar: 'WEBHOOK_QUEUE_URL', name: 'webhook', maxReceiveCount: 8 },
 ] as const;
-
-export type QueueSpec = (typeof QUEUES)[number];
