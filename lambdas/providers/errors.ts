@@ -1,10 +1,9 @@
-import type { AnthropicErrorBody, AnthropicErrorType, ProviderId } from './types.ts';
+import { PROVIDER_LABELS, type AnthropicErrorBody, type AnthropicErrorType, type ProviderId } from './types.ts';
 
 export function anthropicError(type: AnthropicErrorType, message: string): AnthropicErrorBody {
   return { type: 'error', error: { type, message } };
 }
 
-const LABEL: Record<ProviderId, string> = { anthropic: 'Anthropic', openai: 'OpenAI', openrouter: 'OpenRouter' };
 
 /**
  * DESIGN §4: what the client sees for an upstream HTTP failure. The client's own mistakes (400, 404, 413) and the
@@ -13,7 +12,7 @@ const LABEL: Record<ProviderId, string> = { anthropic: 'Anthropic', openai: 'Ope
  * is a 500 api_error.
  */
 export function upstreamFailure(provider: ProviderId, status: number, upstreamMessage: string | undefined): { status: number; body: AnthropicErrorBody } {
-  const label = LABEL[provider];
+  const label = PROVIDER_LABELS[provider];
   const detail = upstreamMessage ? `: ${upstreamMessage}` : '';
   switch (status) {
     case 400:
@@ -50,7 +49,7 @@ export function upstreamUnreachable(provider: ProviderId, err: unknown, timeoutM
     status: 500,
     body: anthropicError(
       'api_error',
-      timedOut ? `${LABEL[provider]} did not answer within ${timeoutMs} ms` : `Could not reach ${LABEL[provider]}: ${(err as Error)?.message ?? 'connection failed'}`,
+      timedOut ? `${PROVIDER_LABELS[provider]} did not answer within ${timeoutMs} ms` : `Could not reach ${PROVIDER_LABELS[provider]}: ${(err as Error)?.message ?? 'connection failed'}`,
     ),
   };
 }

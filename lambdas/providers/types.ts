@@ -8,6 +8,9 @@ import type { ProjectProvider } from '../registry/model.ts';
  */
 export type ProviderId = 'anthropic' | ProjectProvider;
 
+/** How messages name each provider. */
+export const PROVIDER_LABELS: Record<ProviderId, string> = { anthropic: 'Anthropic', openai: 'OpenAI', openrouter: 'OpenRouter' };
+
 /** Error types of Anthropic's envelope `{type:"error", error:{type, message}}`. */
 export type AnthropicErrorType =
   | 'invalid_request_error'

@@ -8,7 +8,7 @@ import { charge, priceFor, type ModelPricing, type TokenUsage } from '../pricing
 import { anthropicApiKey } from '../providers/anthropic/credentials.ts';
 import { anthropicError } from '../providers/errors.ts';
 import { PROVIDERS } from '../providers/index.ts';
-import type { MessagesRequest, Provider, ProviderRequest, ProviderResult } from '../providers/types.ts';
+import { PROVIDER_LABELS, type MessagesRequest, type Provider, type ProviderRequest, type ProviderResult } from '../providers/types.ts';
 import { providerKeyFor } from '../registry/registry.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import type { Project } from '../registry/model.ts';
@@ -24,7 +24,6 @@ import { StreamMeter } from './stream-meter.ts';
 export const COST_HEADER = 'x-gateway-cost-microdollars';
 export const REMAINING_HEADER = 'x-gateway-budget-remaining-microdollars';
 
-const PROVIDER_LABEL = { anthropic: 'Anthropic', openai: 'OpenAI', openrouter: 'OpenRouter' } as const;
 
 interface Prepared {
   caller: Caller;
@@ -50,7 +49,7 @@ async function prepare(req: Request, schema: typeof MessagesBody | typeof CountT
   const route = routeModel(body.model);
   const provider = PROVIDERS[route.provider];
   if (!provider) {
-    return errorResponse(400, 'invalid_request_error', `Model "${body.model}" routes to ${PROVIDER_LABEL[route.provider]}, which this gateway does not serve yet`);
+    return errorResponse(400, 'invalid_request_error', `Model "${body.model}" routes to ${PROVIDER_LABELS[route.provider]}, which this gateway does not serve yet`);
   }
   const project = await cachedProject(auth.caller.projectId);
   if (!project) return errorResponse(401, 'authentication_error', 'Token issuer is not a known project');
@@ -62,7 +61,7 @@ async function prepare(req: Request, schema: typeof MessagesBody | typeof CountT
       return errorResponse(
         400,
         'invalid_request_error',
-        `Model "${body.model}" routes to ${PROVIDER_LABEL[route.provider]}, but project ${project.projectId} has no ${PROVIDER_LABEL[route.provider]} API key (${route.provider}); the project owner sets it with "gateway project set-provider-key --provider ${route.provider}"`,
+        `Model "${body.model}" routes to ${PROVIDER_LABELS[route.provider]}, but project ${project.projectId} has no ${PROVIDER_LABELS[route.provider]} API key (${route.provider}); the project owner sets it with "gateway project set-provider-key --provider ${route.provider}"`,
       );
     }
   }

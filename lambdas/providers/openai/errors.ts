@@ -1,11 +1,9 @@
 import OpenAI from 'openai';
 import { anthropicError, upstreamFailure, upstreamUnreachable } from '../errors.ts';
-import type { AnthropicErrorBody, AnthropicErrorType, ProviderResult } from '../types.ts';
+import { PROVIDER_LABELS, type AnthropicErrorBody, type AnthropicErrorType, type ProviderResult } from '../types.ts';
 
 /** Providers served through the Chat Completions translation. */
 export type ChatProviderId = 'openai' | 'openrouter';
-
-const LABEL: Record<ChatProviderId, string> = { openai: 'OpenAI', openrouter: 'OpenRouter' };
 
 type ErrorResult = Extract<ProviderResult, { kind: 'error' }>;
 
@@ -72,7 +70,7 @@ function classify(error: unknown): { status: number; type: AnthropicErrorType } 
  * upstream (its type and message kept), a broken connection, or an idle time-out.
  */
 export function streamFailure(provider: ChatProviderId, err: unknown, timeoutMs: number): AnthropicErrorBody {
-  const label = LABEL[provider];
+  const label = PROVIDER_LABELS[provider];
   if ((err as { name?: string })?.name === 'TimeoutError') {
     return anthropicError('api_error', `${label} stopped sending data for ${timeoutMs} ms in the middle of the stream`);
   }

@@ -1,6 +1,7 @@
 import type OpenAI from 'openai';
+import { readWithin } from '../../streaming/idle-timeout.ts';
 import { encodeSse } from '../../streaming/sse.ts';
-import type { AnthropicErrorBody } from '../types.ts';
+import { PROVIDER_LABELS, type AnthropicErrorBody } from '../types.ts';
 import { streamFailure, type ChatProviderId } from './errors.ts';
 import {
   anthropicMessage,
@@ -203,12 +204,7 @@ export function anthropicSseStream(opts: {
 
   const next = (): Promise<IteratorResult<OpenAI.Chat.ChatCompletionChunk>> => {
     iterator ??= opts.chunks[Symbol.asyncIterator]();
-    const it = iterator;
-    let timer: NodeJS.Timeout | undefined;
-    const idle = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new DOMException(`No data from upstream for ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
-    });
-    return Promise.race([it.next(), idle]).finally(() => clearTimeout(timer));
+    return readWithin(iterator.next(), timeoutMs);
   };
 
   return new ReadableStream<Uint8Array>(
@@ -224,7 +220,7 @@ export function anthropicSseStream(opts: {
               done = true;
               events = translator.finished
                 ? translator.end()
-                : translator.fail(streamFailure(provider, new Error(`the stream ended before ${provider === 'openai' ? 'OpenAI' : 'OpenRouter'} finished its answer`), timeoutMs));
+                : translator.fail(streamFailure(provider, new Error(`the stream ended before ${PROVIDER_LABELS[provider]} finished its answer`), timeoutMs));
             } else {
               events = translator.push(result.value);
             }
