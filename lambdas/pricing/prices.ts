@@ -125,6 +125,14 @@ export function charge(pricing: ModelPricing, usage: TokenUsage): Charge {
   return { microdollars: Math.ceil(total / PICO_PER_USD_PER_MTOK), picodollars, rates };
 }
 
+/**
+ * Output tokens of a stream that ended without reporting them: each content delta carries at least one token, and
+ * text runs about four characters a token; the larger of the two is charged.
+ */
+export function estimateProducedTokens(deltas: number, characters: number): number {
+  return Math.max(deltas, Math.ceil(characters / 4));
+}
+
 /** Microdollars → USD for display (never used for arithmetic). */
 export function microsToUsd(microdollars: number): number {
   return microdollars / 1_000_000;

@@ -1,12 +1,11 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import type { TokenUsage } from '../pricing/prices.ts';
+import { estimateProducedTokens, type TokenUsage } from '../pricing/prices.ts';
 import { SseDecoder } from '../streaming/sse.ts';
 
 /**
  * Watches Anthropic SSE bytes as they pass and keeps the usage they report: `message_start` carries the input side,
  * `message_delta` the final output count. A stream cut short never sends the final count, so the meter also counts
- * what was produced: each content delta carries at least one token, and text runs about four characters a token;
- * the larger of those and any reported figure is charged.
+ * what was produced (`estimateProducedTokens`); the larger of that and any reported figure is charged.
  */
 export class StreamMeter {
   private readonly decoder = new SseDecoder();
@@ -69,7 +68,7 @@ export class StreamMeter {
   /** Usage to charge: as reported when the stream completed, else at least what was produced. */
   tokens(): TokenUsage {
     if (this.finalUsageSeen) return { ...this.usage };
-    const produced = Math.max(this.deltas, Math.ceil(this.producedChars / 4));
+    const produced = estimateProducedTokens(this.deltas, this.producedChars);
     return { ...this.usage, output_tokens: Math.max(this.usage.output_tokens, produced) };
   }
 }

@@ -1,4 +1,5 @@
 import type OpenAI from 'openai';
+import { estimateProducedTokens } from '../../pricing/prices.ts';
 import { readWithin } from '../../streaming/idle-timeout.ts';
 import { encodeSse } from '../../streaming/sse.ts';
 import { PROVIDER_LABELS, type AnthropicErrorBody } from '../types.ts';
@@ -114,14 +115,14 @@ export class StreamTranslator {
     return [{ event: 'error', data: body }];
   }
 
-  /** Usage as reported; without a usage chunk, the input estimate and ~4 characters an output token. */
+  /** Usage as reported; without a usage chunk, the input estimate and the produced-token estimate. */
   finalUsage(): AnthropicUsage {
     if (this.usage) return anthropicUsage(this.usage);
     return {
       input_tokens: this.inputEstimate,
       cache_creation_input_tokens: 0,
       cache_read_input_tokens: 0,
-      output_tokens: Math.max(this.deltas, Math.ceil(this.producedChars / 4)),
+      output_tokens: estimateProducedTokens(this.deltas, this.producedChars),
     };
   }
 
