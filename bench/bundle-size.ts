@@ -5,15 +5,15 @@
  * the sizes (raw and gzip) and the packages that weigh most, and writes it into docs/benchmarks.md under
  * "## Bundle sizes" (the rest of that file is left alone).
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { build, version as esbuildVersion } from 'esbuild';
 import { esbuildOptions, existingHandlers, HANDLER_BUNDLE, HANDLERS, PROJECT_ROOT } from '../lib/bundling.ts';
+import { BENCHMARKS_DOC, writeBenchmarkSection } from './report.ts';
 
 const HEADING = '## Bundle sizes';
-const DOC = join(PROJECT_ROOT, 'docs/benchmarks.md');
 
 interface Row {
   id: string;
@@ -89,28 +89,14 @@ function section(rows: Row[]): string {
   ].join('\n');
 }
 
-/** Replaces the "## Bundle sizes" section (up to the next level-2 heading), or appends it. */
-function writeSection(text: string): void {
-  const current = existsSync(DOC) ? readFileSync(DOC, 'utf8') : '# Benchmarks\n';
-  const start = current.indexOf(`${HEADING}\n`);
-  let next: string;
-  if (start < 0) {
-    next = `${current.trimEnd()}\n\n${text}`;
-  } else {
-    const after = current.indexOf('\n## ', start + HEADING.length);
-    next = current.slice(0, start) + text + (after < 0 ? '' : `\n${current.slice(after + 1)}`);
-  }
-  writeFileSync(DOC, next.endsWith('\n') ? next : `${next}\n`);
-}
-
 const outdir = mkdtempSync(join(tmpdir(), 'bundle-size-'));
 try {
   const rows: Row[] = [];
   for (const { id, entry } of existingHandlers()) rows.push(await measure(id, entry, outdir));
   const text = section(rows);
   console.log(text);
-  writeSection(text);
-  console.log(`Written to ${DOC.slice(PROJECT_ROOT.length + 1)}`);
+  writeBenchmarkSection(HEADING, text);
+  console.log(`Written to ${BENCHMARKS_DOC.slice(PROJECT_ROOT.length + 1)}`);
 } finally {
   rmSync(outdir, { recursive: true, force: true });
 }

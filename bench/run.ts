@@ -1,9 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { availableParallelism, cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../bin/local/dynamodb.ts';
 import { reserve, settle } from '../lambdas/budgets/ledger.ts';
+import { writeBenchmarkSection } from './report.ts';
 
 /**
  * `npm run bench`: the proxy's overhead. The same requests go (a) straight to the simulated Anthropic upstream and
@@ -195,16 +196,8 @@ function writeReport(byLevel: Map<number, Record<string, Figures>>) {
     'adapters, token verification, pricing, SSE metering).',
     '',
   ].join('\n');
-  const file = 'docs/benchmarks.md';
-  let doc = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\n';
-  const start = doc.indexOf('## Proxy overhead');
-  if (start === -1) doc = `${doc.trimEnd()}\n\n${section}`;
-  else {
-    const nextHeading = doc.indexOf('\n## ', start + 1);
-    doc = doc.slice(0, start) + section + (nextHeading === -1 ? '' : doc.slice(nextHeading + 1));
-  }
-  writeFileSync(file, doc.endsWith('\n') ? doc : `${doc}\n`);
-  console.log(`\nWrote ${file}`);
+  writeBenchmarkSection('## Proxy overhead', section);
+  console.log('\nWrote docs/benchmarks.md');
 }
 
 main().catch((err: unknown) => {
