@@ -6,8 +6,10 @@ import { z } from 'zod';
  */
 const Block = z.looseObject({ type: z.string({ error: 'each content block needs a string "type"' }) });
 
+// The role is the upstream's business (Claude Code sends `system` messages mid-conversation); the gateway needs only
+// a string to route translated requests (docs/contract.md, "Validation").
 const Message = z.looseObject({
-  role: z.enum(['user', 'assistant']),
+  role: z.string({ error: 'role must be a string' }),
   content: z.union([z.string(), z.array(Block)], { error: 'content must be a string or an array of content blocks' }),
 });
 
