@@ -21,10 +21,16 @@ export class LocalResponseStream extends Writable {
 
   constructor(private readonly res: ServerResponse) {
     super();
+    // The stream is destroyed with an error when the client goes away, so a pipe into it stops and cancels its
+    // source. Lambda's runtime owns its response stream's errors; here too an error must never be 'unhandled': a
+    // client that disconnects before the handler has started piping (while the upstream is still thinking) used
+    // to crash the whole local gateway. Whoever pipes into the stream still sees the error.
+    this.on('error', () => undefined);
     res.on('close', () => {
       if (!res.writableFinished) this.destroy(new Error('Client disconnected'));
     });
   }
+
 
   setPrelude(prelude: Prelude): void {
     this.prelude = prelude;

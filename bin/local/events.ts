@@ -4,10 +4,49 @@ import type { APIGatewayProxyEvent, Context, LambdaFunctionURLEvent } from 'aws-
 
 /** Builds the events AWS would deliver for an HTTP request, so the local server can call the real handlers. */
 
-export async function readBody(req: IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of req) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks);
+/**
+ * Reads a request body, keeping at most `limit` bytes: past that it stops buffering (a 600 MB upload must not become
+ * 600 MB of memory) and returns what it has with `truncated`; the handler, seeing a body over its limit, answers 413
+ * in its own envelope. Resolves undefined when the client goes away mid-upload.
+ */
+export function readBody(req: IncomingMessage, limit: number): Promise<{ body: Buffer; truncated: boolean } | undefined> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const finish = (result: { body: Buffer; truncated: boolean } | undefined) => {
+      req.off('data', onData).off('end', onEnd).off('error', onGone).off('close', onClose);
+      resolve(result);
+    };
+    const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
+      size += chunk.length;
+      if (size > limit) {
+        req.pause();
+        finish({ body: Buffer.concat(chunks).subarray(0, limit + 1), truncated: true });
+      }
+    };
+    const onEnd = () => finish({ body: Buffer.concat(chunks), truncated: false });
+    const onGone = () => finish(undefined);
+    const onClose = () => {
+      if (!req.complete) finish(undefined);
+    };
+    req.on('data', onData).on('end', onEnd).on('error', onGone).on('close', onClose);
+  });
+}
+
+/**
+ * Path and query of a request target as the client sent it. Parsing it with `new URL(target, base)` would read
+ * `//v1/messages` as a host named v1; AWS hands handlers the raw path, and so does this.
+ */
+export function splitTarget(target: string | undefined): { path: string; query: string } {
+  let rest = target ?? '/';
+  if (!rest.startsWith('/')) {
+    // Absolute form (`http://host/path`, sent to proxies) or something stranger: keep only what follows the authority.
+    const match = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*(.*)$/i.exec(rest);
+    rest = match ? match[1] || '/' : `/${rest}`;
+  }
+  const q = rest.indexOf('?');
+  return q === -1 ? { path: rest, query: '' } : { path: rest.slice(0, q), query: rest.slice(q + 1) };
 }
 
 function isTextual(contentType: string | undefined): boolean {
@@ -28,18 +67,18 @@ function encodeBody(body: Buffer, contentType: string | undefined): { body?: str
 }
 
 export function functionUrlEvent(req: IncomingMessage, body: Buffer): LambdaFunctionURLEvent {
-  const url = new URL(req.url ?? '/', 'http://localhost');
+  const { path, query } = splitTarget(req.url);
   const headers = singleHeaders(req);
   const now = new Date();
   const { cookie, ...withoutCookie } = headers;
   return {
     version: '2.0',
     routeKey: '$default',
-    rawPath: url.pathname,
-    rawQueryString: url.search.slice(1),
+    rawPath: path,
+    rawQueryString: query,
     cookies: cookie ? cookie.split(/;\s*/) : undefined,
     headers: withoutCookie,
-    queryStringParameters: url.search ? Object.fromEntries(url.searchParams) : undefined,
+    queryStringParameters: query ? Object.fromEntries(new URLSearchParams(query)) : undefined,
     requestContext: {
       accountId: 'anonymous',
       apiId: 'local',
@@ -47,7 +86,7 @@ export function functionUrlEvent(req: IncomingMessage, body: Buffer): LambdaFunc
       domainPrefix: 'local',
       http: {
         method: req.method ?? 'GET',
-        path: url.pathname,
+        path,
         protocol: `HTTP/${req.httpVersion}`,
         sourceIp: req.socket.remoteAddress ?? '127.0.0.1',
         userAgent: headers['user-agent'] ?? '',
@@ -63,19 +102,20 @@ export function functionUrlEvent(req: IncomingMessage, body: Buffer): LambdaFunc
 }
 
 export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayProxyEvent {
-  const url = new URL(req.url ?? '/', 'http://localhost');
+  const { path, query } = splitTarget(req.url);
+  const searchParams = new URLSearchParams(query);
   const headers = singleHeaders(req);
   const multi: Record<string, string[]> = {};
-  for (const [k, v] of url.searchParams) (multi[k] ??= []).push(v);
+  for (const [k, v] of searchParams) (multi[k] ??= []).push(v);
   const encoded = encodeBody(body, headers['content-type']);
   return {
     httpMethod: req.method ?? 'GET',
-    path: url.pathname,
-    resource: url.pathname,
+    path,
+    resource: path,
     headers,
     multiValueHeaders: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, [v]])),
-    queryStringParameters: url.search ? Object.fromEntries(url.searchParams) : null,
-    multiValueQueryStringParameters: url.search ? multi : null,
+    queryStringParameters: query ? Object.fromEntries(searchParams) : null,
+    multiValueQueryStringParameters: query ? multi : null,
     pathParameters: null,
     stageVariables: null,
     body: encoded.body ?? null,
@@ -84,12 +124,12 @@ export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayP
       accountId: 'local',
       apiId: 'local',
       httpMethod: req.method ?? 'GET',
-      path: url.pathname,
+      path,
       protocol: `HTTP/${req.httpVersion}`,
       requestId: randomUUID(),
       requestTimeEpoch: Date.now(),
       resourceId: 'local',
-      resourcePath: url.pathname,
+      resourcePath: path,
       stage: 'local',
       identity: { sourceIp: req.socket.remoteAddress ?? '127.0.0.1', userAgent: headers['user-agent'] ?? null },
     } as APIGatewayProxyEvent['requestContext'],

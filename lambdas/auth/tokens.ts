@@ -1,5 +1,6 @@
-import { SignJWT, decodeJwt, decodeProtectedHeader, errors as joseErrors, jwtVerify } from 'jose';
+import { SignJWT, errors as joseErrors, jwtVerify } from 'jose';
 import { GatewayClaims, type BudgetClaim, type Caller } from './claims.ts';
+import { hasDuplicateKeys } from './json-keys.ts';
 
 export const ACCEPTED_ALGORITHMS = ['HS256', 'HS384', 'HS512'] as const;
 /** Larger tokens are refused before any parsing: a real one is a few hundred bytes. */
@@ -17,67 +18,101 @@ export class TokenError extends Error {
   }
 }
 
-/** Looks up a project's HMAC secret; undefined when the project does not exist. */
-export type SecretLookup = (projectId: string) => Promise<string | undefined>;
+/**
+ * Looks up a project's HMAC secret; undefined when the project does not exist. With `refresh`, the caller asks for
+ * the stored record rather than a cached one (after a signature failure: the secret may just have been rotated);
+ * the lookup may still answer from its cache when it refreshed that project very recently.
+ */
+export type SecretLookup = (projectId: string, opts?: { refresh?: boolean }) => Promise<string | undefined>;
 
 const encoder = new TextEncoder();
 
+/** Decodes one base64url JWT segment as a JSON object, refusing duplicate keys. */
+function decodeSegment(segment: string, what: 'header' | 'payload'): Record<string, unknown> {
+  let text: string;
+  let value: unknown;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(Buffer.from(segment, 'base64url'));
+    value = JSON.parse(text);
+  } catch {
+    throw new TokenError('Malformed token', 'token_malformed');
+  }
+  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new TokenError('Malformed token', 'token_malformed');
+  if (hasDuplicateKeys(text)) throw new TokenError(`Token ${what} names the same key twice`, 'token_malformed');
+  return value as Record<string, unknown>;
+}
+
 /**
- * Verifies a gateway token exactly as DESIGN §2 states: HMAC algorithms only, the secret of the project named by
- * `iss`, `exp` required, `nbf`/`iat` honoured with 60 s leeway, and a well-formed budget claim.
+ * Verifies a gateway token exactly as docs/contract.md states. Everything that needs no secret is checked first —
+ * size, shape, algorithm, duplicate keys and the claims' shapes and lengths — so a malformed token never costs a
+ * store read (an oversized `iss` used to reach DynamoDB's key-size limit as a 500). Then the secret of the project
+ * named by `iss`, the signature, `exp` (required), `nbf` and `iat` with 60 s leeway.
  */
 export async function verifyToken(token: string | undefined, lookupSecret: SecretLookup, now = Date.now()): Promise<Caller> {
   if (!token) throw new TokenError('Missing token', 'token_missing');
   if (token.length > MAX_TOKEN_BYTES) throw new TokenError('Token too large', 'token_malformed');
   if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(token)) throw new TokenError('Malformed token', 'token_malformed');
 
-  let alg: string | undefined;
-  let issuer: unknown;
-  try {
-    alg = decodeProtectedHeader(token).alg;
-    issuer = decodeJwt(token).iss;
-  } catch {
-    throw new TokenError('Malformed token', 'token_malformed');
-  }
+  const [headerPart, payloadPart] = token.split('.') as [string, string];
+  const alg = decodeSegment(headerPart, 'header').alg;
   // Checked before any secret is looked up, so an RS/ES/none token never reaches the HMAC path.
-  if (!alg || !(ACCEPTED_ALGORITHMS as readonly string[]).includes(alg)) {
-    throw new TokenError(`Token algorithm ${alg ?? '(none)'} is not accepted; use HS256, HS384 or HS512`);
+  if (typeof alg !== 'string' || !(ACCEPTED_ALGORITHMS as readonly string[]).includes(alg)) {
+    throw new TokenError(`Token algorithm ${typeof alg === 'string' ? alg : '(none)'} is not accepted; use HS256, HS384 or HS512`);
   }
-  if (typeof issuer !== 'string' || issuer.length === 0) throw new TokenError('Token has no iss claim');
-
-  const secret = await lookupSecret(issuer);
-  if (!secret) throw new TokenError('Token issuer is not a known project');
-
-  let payload: unknown;
-  try {
-    ({ payload } = await jwtVerify(token, encoder.encode(secret), {
-      algorithms: [...ACCEPTED_ALGORITHMS],
-      clockTolerance: CLOCK_TOLERANCE_SECONDS,
-      requiredClaims: ['exp', 'iss', 'sub'],
-      currentDate: new Date(now),
-    }));
-  } catch (err) {
-    if (err instanceof joseErrors.JWTExpired) throw new TokenError('Token expired', 'token_expired');
-    if (err instanceof joseErrors.JWTClaimValidationFailed) throw new TokenError(`Token claim invalid: ${err.claim} (${err.reason})`);
-    if (err instanceof joseErrors.JWSSignatureVerificationFailed) throw new TokenError('Token signature is invalid');
-    throw new TokenError('Token is invalid');
+  const unverified = decodeSegment(payloadPart, 'payload');
+  if (typeof unverified.iss !== 'string' || unverified.iss.length === 0) throw new TokenError('Token has no iss claim');
+  for (const claim of ['sub', 'exp'] as const) {
+    if (unverified[claim] === undefined) throw new TokenError(`Token claim invalid: ${claim} (missing)`);
   }
-
-  const claims = GatewayClaims.safeParse(payload);
+  const claims = GatewayClaims.safeParse(unverified);
   if (!claims.success) {
     const issue = claims.error.issues[0];
     throw new TokenError(`Token claims invalid: ${issue?.path.join('.') || 'payload'} ${issue?.message ?? ''}`.trim());
   }
-  // jose honours iat only as "not in the future" when maxTokenAge is set; DESIGN asks for it regardless.
+  const projectId = claims.data.iss;
+
+  // A cached record may be stale (a secret rotated, a project created after a failed probe): on failure, read the
+  // stored record once before refusing. The lookup rate-limits those reads per project.
+  let secret = await lookupSecret(projectId);
+  if (!secret) secret = await lookupSecret(projectId, { refresh: true });
+  if (!secret) throw new TokenError('Token issuer is not a known project');
+  try {
+    await verifyWith(token, secret, now);
+  } catch (err) {
+    if (!(err instanceof joseErrors.JWSSignatureVerificationFailed)) throw translate(err);
+    const fresh = await lookupSecret(projectId, { refresh: true });
+    if (!fresh || fresh === secret) throw translate(err);
+    await verifyWith(token, fresh, now).catch((again: unknown) => {
+      throw translate(again);
+    });
+  }
+  // jose honours iat only as "not in the future" when maxTokenAge is set; the contract asks for it regardless.
   if (claims.data.iat !== undefined && claims.data.iat * 1000 > now + CLOCK_TOLERANCE_SECONDS * 1000) {
     throw new TokenError('Token issued in the future');
   }
   return {
-    projectId: claims.data.iss,
+    projectId,
     userId: claims.data.sub,
     budget: claims.data.budget,
     expiresAt: claims.data.exp,
   };
+}
+
+function verifyWith(token: string, secret: string, now: number) {
+  return jwtVerify(token, encoder.encode(secret), {
+    algorithms: [...ACCEPTED_ALGORITHMS],
+    clockTolerance: CLOCK_TOLERANCE_SECONDS,
+    requiredClaims: ['exp', 'iss', 'sub'],
+    currentDate: new Date(now),
+  });
+}
+
+function translate(err: unknown): TokenError {
+  if (err instanceof TokenError) return err;
+  if (err instanceof joseErrors.JWTExpired) return new TokenError('Token expired', 'token_expired');
+  if (err instanceof joseErrors.JWTClaimValidationFailed) return new TokenError(`Token claim invalid: ${err.claim} (${err.reason})`);
+  if (err instanceof joseErrors.JWSSignatureVerificationFailed) return new TokenError('Token signature is invalid');
+  return new TokenError('Token is invalid');
 }
 
 export interface MintOptions {

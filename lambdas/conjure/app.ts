@@ -1,32 +1,34 @@
 import { TokenError, verifyToken } from '../auth/tokens.ts';
+import { httpApp, type HttpApp } from '../http/app.ts';
 import { bearerToken, Router } from '../http/router.ts';
+import { accessRecord } from '../observability/access-log.ts';
 import { projectSecret } from '../registry/project-cache.ts';
 import { usageReport } from '../usage/report.ts';
-import { logger } from '../observability/logger.ts';
-import { countRequests } from '../observability/metrics.ts';
-import { conjureError } from './errors.ts';
+import { clientErrorResponse, conjureError } from './errors.ts';
 
 /** Routes of the conjure URL served by API Gateway REST (/usage now; /incubate… join here). */
-export function conjureApp(): { fetch(req: Request): Promise<Response> } {
-  const router = new Router({
-    notFound: (req) => conjureError(404, 'not_found', `No route for ${req.method} ${new URL(req.url).pathname}`),
-    methodNotAllowed: (req) => conjureError(405, 'method_not_allowed', `${req.method} is not allowed on ${new URL(req.url).pathname}`),
-    onError: (err) => {
-      logger.error('conjure request failed', { error: err as Error });
-      return conjureError(500, 'internal_error', 'The gateway failed to handle this request');
+export function conjureApp(): HttpApp {
+  const router = new Router().on('GET', '/usage', async (req) => {
+    const token = bearerToken(req);
+    if (!token && req.headers.has('x-api-key')) {
+      return conjureError(401, 'Missing token: /usage reads the token from "Authorization: Bearer <token>", not from x-api-key');
+    }
+    try {
+      const caller = await verifyToken(token, projectSecret);
+      Object.assign(accessRecord(), { project: caller.projectId, user: caller.userId });
+      return Response.json(await usageReport(caller));
+    } catch (err) {
+      if (err instanceof TokenError) return conjureError(401, err.message);
+      throw err;
+    }
+  });
+  return httpApp({
+    router,
+    renderClientError: clientErrorResponse,
+    internalError: () => conjureError(500, 'internal_error', 'The gateway failed to handle this request'),
+    errorTypeOf: (body) => {
+      const error = (body as { error?: unknown })?.error;
+      return typeof error === 'string' ? error.slice(0, 80) : undefined;
     },
-  }).on(
-    'GET',
-    '/usage',
-    async (req) => {
-      try {
-        const caller = await verifyToken(bearerToken(req), projectSecret);
-        return Response.json(await usageReport(caller));
-      } catch (err) {
-        if (err instanceof TokenError) return conjureError(401, err.message);
-        throw err;
-      }
-    },
-  );
-  return { fetch: countRequests(router.fetch) };
+  });
 }

@@ -19,4 +19,4 @@ export const handler = middy<LambdaFunctionURLEvent>({
   requestEnd: settlementsInFlight,
 })
   .use(observability())
-  .handler(async (event) => streamingResultFrom(await app.fetch(requestFromFunctionUrl(event))));
+  .handler(async (event) => streamingResultFrom(await app.fetch(() => requestFromFunctionUrl(event))));

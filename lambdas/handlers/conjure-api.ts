@@ -9,4 +9,4 @@ const app = conjureApp();
 /** API Gateway REST → the conjure core → API Gateway result. Nothing is decided here. */
 export const handler = middy<APIGatewayProxyEvent, APIGatewayProxyResult>()
   .use(observability())
-  .handler(async (event) => apiGatewayResultFrom(await app.fetch(requestFromApiGateway(event))));
+  .handler(async (event) => apiGatewayResultFrom(await app.fetch(() => requestFromApiGateway(event))));

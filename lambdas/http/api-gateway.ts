@@ -1,9 +1,8 @@
 import type { APIGatewayProxyEvent, APIGatewayProxyResult } from 'aws-lambda';
+import { buildRequest, headersFrom } from './request.ts';
 
-/** An API Gateway REST (proxy integration) event as a web Request. */
+/** An API Gateway REST (proxy integration) event as a web Request (a ClientError for what cannot be one). */
 export function requestFromApiGateway(event: APIGatewayProxyEvent): Request {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(event.headers ?? {})) if (value !== undefined) headers.set(name, value);
   const params = new URLSearchParams();
   for (const [name, values] of Object.entries(event.multiValueQueryStringParameters ?? {})) {
     for (const v of values ?? []) params.append(name, v);
@@ -11,13 +10,12 @@ export function requestFromApiGateway(event: APIGatewayProxyEvent): Request {
   if (!event.multiValueQueryStringParameters) {
     for (const [name, value] of Object.entries(event.queryStringParameters ?? {})) if (value !== undefined) params.append(name, value);
   }
-  const query = params.size ? `?${params}` : '';
-  const host = headers.get('host') ?? 'localhost';
-  const hasBody = event.body !== null && event.body !== undefined && event.httpMethod !== 'GET' && event.httpMethod !== 'HEAD';
-  return new Request(`https://${host}${event.path}${query}`, {
+  return buildRequest({
     method: event.httpMethod,
-    headers,
-    body: hasBody ? (event.isBase64Encoded ? Buffer.from(event.body!, 'base64') : event.body) : undefined,
+    path: event.path,
+    query: params.size ? params.toString() : undefined,
+    headers: headersFrom(event.headers ?? {}),
+    body: event.body === null || event.body === undefined ? undefined : event.isBase64Encoded ? Buffer.from(event.body, 'base64') : event.body,
   });
 }
 

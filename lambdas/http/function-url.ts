@@ -1,19 +1,17 @@
 import { Readable } from 'node:stream';
 import type { LambdaFunctionURLEvent } from 'aws-lambda';
+import { buildRequest, headersFrom } from './request.ts';
 
-/** A function-URL event as a web Request. */
+/** A function-URL event as a web Request (throws a ClientError for what cannot be one; the app renders it). */
 export function requestFromFunctionUrl(event: LambdaFunctionURLEvent): Request {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(event.headers ?? {})) if (value !== undefined) headers.set(name, value);
+  const headers = headersFrom(event.headers ?? {});
   if (event.cookies?.length) headers.set('cookie', event.cookies.join('; '));
-  const host = headers.get('host') ?? event.requestContext?.domainName ?? 'localhost';
-  const query = event.rawQueryString ? `?${event.rawQueryString}` : '';
-  const method = event.requestContext?.http?.method ?? 'GET';
-  const hasBody = event.body !== undefined && event.body !== null && method !== 'GET' && method !== 'HEAD';
-  return new Request(`https://${host}${event.rawPath ?? '/'}${query}`, {
-    method,
+  return buildRequest({
+    method: event.requestContext?.http?.method ?? 'GET',
+    path: event.rawPath ?? '/',
+    query: event.rawQueryString,
     headers,
-    body: hasBody ? (event.isBase64Encoded ? Buffer.from(event.body!, 'base64') : event.body) : undefined,
+    body: event.body === undefined || event.body === null ? undefined : event.isBase64Encoded ? Buffer.from(event.body, 'base64') : event.body,
   });
 }
 

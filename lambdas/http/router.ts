@@ -1,6 +1,11 @@
+import { ClientError } from './errors.ts';
+import { decodeSegment, normalizePath } from './path.ts';
+
 /**
  * A small web-standard core in the spirit of Hono: routes take a `Request` and give a `Response`. The Lambda
- * adapters (function URL, API Gateway) and the local runtime only translate to and from these.
+ * adapters (function URL, API Gateway) and the local runtime only translate to and from these. Routing looks at the
+ * normalised path alone (never the Host header); a path with no route is a 404 and a known path with another method
+ * a 405, both thrown as ClientErrors for the app to render in its own envelope.
  */
 export type RouteHandler = (req: Request, params: Record<string, string>) => Promise<Response> | Response;
 
@@ -14,16 +19,6 @@ interface Route {
 export class Router {
   private readonly routes: Route[] = [];
 
-  constructor(
-    private readonly fallbacks: {
-      notFound: (req: Request) => Response;
-      /** The path exists but not for this method (405), in the app's envelope. */
-      methodNotAllowed: (req: Request) => Response;
-      /** An unexpected failure: answered in the app's own error envelope, never as a bare crash. */
-      onError: (err: unknown, req: Request) => Response;
-    },
-  ) {}
-
   on(method: string, path: string, handler: RouteHandler): this {
     const keys: string[] = [];
     const source = path.replace(/\{(\w+)\}/g, (_, key: string) => {
@@ -34,36 +29,23 @@ export class Router {
     return this;
   }
 
-  fetch = async (req: Request): Promise<Response> => {
-    const { pathname } = new URL(req.url);
+  handle = async (req: Request): Promise<Response> => {
+    const pathname = normalizePath(new URL(req.url).pathname);
     let pathMatched = false;
     for (const route of this.routes) {
       const match = route.pattern.exec(pathname);
       if (!match) continue;
       pathMatched = true;
       if (route.method !== req.method) continue;
-      const params = Object.fromEntries(route.keys.map((k, i) => [k, decodeURIComponent(match[i + 1]!)]));
-      try {
-        return await route.handler(req, params);
-      } catch (err) {
-        return this.fallbacks.onError(err, req);
-      }
+      const params = Object.fromEntries(route.keys.map((k, i) => [k, decodeSegment(match[i + 1]!)]));
+      return route.handler(req, params);
     }
-    if (pathMatched) return this.fallbacks.methodNotAllowed(req);
-    return this.fallbacks.notFound(req);
+    if (pathMatched) throw new ClientError(405, 'method_not_allowed', `${req.method} is not allowed on ${pathname}`);
+    throw new ClientError(404, 'not_found', `No route for ${req.method} ${pathname}`);
   };
 }
 
-/** Parses a request body as JSON; a failure says what is wrong (the caller answers 400 in its own envelope). */
-export function parseJsonBody(text: string): { ok: true; value: unknown } | { ok: false; message: string } {
-  if (text.trim() === '') return { ok: false, message: 'Request body is empty; expected a JSON object' };
-  try {
-    return { ok: true, value: JSON.parse(text) };
-  } catch {
-    return { ok: false, message: 'Request body is not valid JSON' };
-  }
-}
-
+/** The token of an `Authorization: Bearer <token>` header, if that is what the header holds. */
 export function bearerToken(req: Request): string | undefined {
   const header = req.headers.get('authorization');
   const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;

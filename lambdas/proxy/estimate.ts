@@ -2,29 +2,50 @@ import type { ModelPricing } from '../pricing/prices.ts';
 import type { MessagesRequest } from '../providers/types.ts';
 
 /**
- * A generous input-token estimate for the reservation, made before the provider counts: text at one token per three
- * characters (real tokenisers average about four), an image at the 1,600 tokens a full-size image costs, a document
- * at one token per three bytes of its content.
+ * A generous input-token estimate for the reservation, made before the provider counts: the request's `system`,
+ * `messages` and `tools` measured as the characters of their JSON text at one token per three characters (real
+ * tokenisers average about four), an image at the 1,600 tokens a full-size image costs, a base64 document at one
+ * token per three bytes of its content.
+ *
+ * The walk uses an explicit stack, never recursion: it runs on client data, and although the body's depth is bounded
+ * (lambdas/http/limits.ts), nothing here may depend on that to stay within the call stack.
  */
 export const TOKENS_PER_IMAGE = 1_600;
 
 export function estimateInputTokens(body: Pick<MessagesRequest, 'messages' | 'system' | 'tools'>): number {
+  let chars = 0;
   let binaryTokens = 0;
-  const text = JSON.stringify({ system: body.system, messages: body.messages, tools: body.tools }, (key, value: unknown) => {
-    if (value && typeof value === 'object' && !Array.isArray(value)) {
-      const block = value as { type?: string; source?: { type?: string; data?: string } };
+  const stack: unknown[] = [body.system, body.messages, body.tools];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (value === undefined || value === null) {
+      chars += 4;
+    } else if (typeof value === 'string') {
+      chars += JSON.stringify(value).length;
+    } else if (typeof value !== 'object') {
+      chars += String(value).length;
+    } else if (Array.isArray(value)) {
+      chars += 1 + value.length;
+      for (const item of value) stack.push(item);
+    } else {
+      const block = value as { type?: unknown; source?: { type?: unknown; data?: unknown } };
       if (block.type === 'image') {
         binaryTokens += TOKENS_PER_IMAGE;
-        return { type: 'image' };
+        chars += 16;
+        continue;
       }
-      if (block.type === 'document' && block.source?.type === 'base64' && typeof block.source.data === 'string') {
-        binaryTokens += Math.ceil((block.source.data.length * 3) / 4 / 3);
-        return { ...block, source: { type: 'base64' } };
+      const entries = Object.entries(value);
+      chars += 1 + entries.length;
+      for (const [key, item] of entries) {
+        chars += key.length + 3;
+        if (key === 'source' && block.type === 'document' && block.source?.type === 'base64' && typeof block.source.data === 'string') {
+          binaryTokens += Math.ceil((block.source.data.length * 3) / 4 / 3);
+          chars += 17;
+        } else stack.push(item);
       }
     }
-    return value;
-  });
-  return Math.ceil(text.length / 3) + binaryTokens;
+  }
+  return Math.ceil(chars / 3) + binaryTokens;
 }
 
 /** Worst case in microdollars: every input token at the dearest input rate (cache writes cost more) + max_tokens of output. */

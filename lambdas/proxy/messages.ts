@@ -1,10 +1,14 @@
 import type { Caller } from '../auth/claims.ts';
-import { reserve, settle, type Reservation } from '../budgets/ledger.ts';
+import { reserve, settle, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import { env } from '../config/env.ts';
-import { parseJsonBody } from '../http/router.ts';
+import { parseJsonBody, readBodyText } from '../http/body.ts';
+import { ClientError } from '../http/errors.ts';
+import { accessRecord, type AccessRecord } from '../observability/access-log.ts';
+import { windowEnd } from '../budgets/windows.ts';
 import { logger } from '../observability/logger.ts';
 import { metrics, MetricUnit } from '../observability/metrics.ts';
-import { charge, priceFor, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
+import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
+import { pricingFor } from './model-access.ts';
 import { anthropicApiKey } from '../providers/anthropic/credentials.ts';
 import { anthropicError } from '../providers/errors.ts';
 import { PROVIDERS } from '../providers/index.ts';
@@ -15,7 +19,7 @@ import type { Project } from '../registry/model.ts';
 import { routeModel, type Route } from '../routing/route.ts';
 import { encodeSse } from '../streaming/sse.ts';
 import { authenticate } from './caller.ts';
-import { envelopeResponse, errorResponse } from './errors.ts';
+import { envelopeResponse } from './errors.ts';
 import { worstCaseMicros } from './estimate.ts';
 import { CountTokensBody, describeIssue, MessagesBody } from './schema.ts';
 import { StreamMeter } from './stream-meter.ts';
@@ -23,7 +27,6 @@ import { StreamMeter } from './stream-meter.ts';
 /** Headers on a non-streamed answer: what this request cost and what is left of the window's AI budget. */
 export const COST_HEADER = 'x-gateway-cost-microdollars';
 export const REMAINING_HEADER = 'x-gateway-budget-remaining-microdollars';
-
 
 interface Prepared {
   caller: Caller;
@@ -35,37 +38,44 @@ interface Prepared {
   apiKey: string;
 }
 
-/** Auth, validation, routing and the provider credential: everything before money is involved. */
-async function prepare(req: Request, schema: typeof MessagesBody | typeof CountTokensBody): Promise<Prepared | Response> {
-  const auth = await authenticate(req);
-  if ('response' in auth) return auth.response;
-  const rawBody = await req.text();
-  const json = parseJsonBody(rawBody);
-  if (!json.ok) return errorResponse(400, 'invalid_request_error', json.message);
-  const parsed = schema.safeParse(json.value);
-  if (!parsed.success) return errorResponse(400, 'invalid_request_error', describeIssue(parsed.error));
+/**
+ * Auth, validation, routing and the provider credential: everything before money is involved. Refusals are thrown
+ * as ClientErrors and rendered by the app. Cheap checks come first: the token (no store read for a malformed one),
+ * then the body's size and depth, then the schema.
+ */
+async function prepare(req: Request, schema: typeof MessagesBody | typeof CountTokensBody): Promise<Prepared> {
+  const caller = await authenticate(req);
+  const rawBody = await readBodyText(req);
+  const parsed = schema.safeParse(parseJsonBody(rawBody));
+  if (!parsed.success) throw new ClientError(400, 'invalid_request', describeIssue(parsed.error));
   const body = parsed.data as unknown as MessagesRequest;
+  accessRecord().model = body.model;
 
   const route = routeModel(body.model);
   const provider = PROVIDERS[route.provider];
   if (!provider) {
-    return errorResponse(400, 'invalid_request_error', `Model "${body.model}" routes to ${PROVIDER_LABELS[route.provider]}, which this gateway does not serve yet`);
+    throw new ClientError(400, 'invalid_request', `Model "${body.model}" routes to ${PROVIDER_LABELS[route.provider]}, which this gateway does not serve yet`);
   }
-  const project = await cachedProject(auth.caller.projectId);
-  if (!project) return errorResponse(401, 'authentication_error', 'Token issuer is not a known project');
+  let project = await cachedProject(caller.projectId);
+  if (!project) throw new ClientError(401, 'authentication', 'Token issuer is not a known project');
   let apiKey: string | undefined;
   if (route.provider === 'anthropic') apiKey = await anthropicApiKey();
   else {
     apiKey = await providerKeyFor(project, route.provider);
     if (!apiKey) {
-      return errorResponse(
+      // The owner may have just set it: read the record once more before refusing (rate-limited per project).
+      project = (await cachedProject(caller.projectId, { refresh: true })) ?? project;
+      apiKey = await providerKeyFor(project, route.provider);
+    }
+    if (!apiKey) {
+      throw new ClientError(
         400,
-        'invalid_request_error',
+        'invalid_request',
         `Model "${body.model}" routes to ${PROVIDER_LABELS[route.provider]}, but project ${project.projectId} has no ${PROVIDER_LABELS[route.provider]} API key (${route.provider}); the project owner sets it with "gateway project set-provider-key --provider ${route.provider}"`,
       );
     }
   }
-  return { caller: auth.caller, body, rawBody, route, provider, project, apiKey };
+  return { caller, body, rawBody, route, provider, project, apiKey };
 }
 
 function providerRequest(p: Prepared, req: Request, signal: AbortSignal): ProviderRequest {
@@ -86,11 +96,41 @@ function providerRequest(p: Prepared, req: Request, signal: AbortSignal): Provid
   };
 }
 
-/** The project's custom price for the name the client used, else for the upstream name, else the catalog. */
-function pricingFor(p: Prepared): ModelPricing | undefined {
-  const custom = p.project.pricing[p.body.model];
-  if (custom) return priceFor(p.body.model, p.route.provider, { [p.body.model]: custom });
-  return priceFor(p.route.upstreamModel, p.route.provider, p.project.pricing);
+/** The price, reading the project once more before refusing: the owner may have just set it. */
+async function requirePricing(p: Prepared): Promise<ModelPricing> {
+  const pricing =
+    pricingFor(p.project, p.body.model, p.route) ??
+    pricingFor((await cachedProject(p.project.projectId, { refresh: true })) ?? p.project, p.body.model, p.route);
+  if (pricing) return pricing;
+  throw new ClientError(
+    400,
+    'invalid_request',
+    `Model "${p.body.model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${p.body.model}"`,
+  );
+}
+
+/**
+ * A refused reservation, said so that clients retry only when waiting can help (docs/contract.md, "Budget
+ * refusals"): a spent budget frees up only when the window resets, so `x-should-retry: false` and `retry-after` =
+ * seconds to the reset (none for a lifetime window); a budget only held by requests in flight frees up within
+ * seconds, so `x-should-retry: true` and `retry-after: 1`.
+ */
+function budgetRefusal(caller: Caller, usage: WindowUsage, now: Date): ClientError {
+  const { used, reserved } = usage;
+  const window = `${caller.budget.window} window (started ${usage.key.windowStart})`;
+  if (used.ai >= caller.budget.ai) {
+    const end = windowEnd(caller.budget.window, new Date(usage.key.windowStart));
+    const headers: Record<string, string> = { 'x-should-retry': 'false' };
+    if (end) headers['retry-after'] = String(Math.max(1, Math.ceil((end.getTime() - now.getTime()) / 1000)));
+    const resets = end ? `; it resets at ${end.toISOString()}` : '; a lifetime budget does not reset';
+    return new ClientError(429, 'rate_limited', `AI budget exhausted: ${used.ai} of ${caller.budget.ai} microdollars spent in the current ${window}${resets}`, headers);
+  }
+  return new ClientError(
+    429,
+    'rate_limited',
+    `AI budget fully held by requests in flight: ${used.ai} spent and ${reserved.ai} reserved of ${caller.budget.ai} microdollars in the current ${window}; retry when they finish`,
+    { 'x-should-retry': 'true', 'retry-after': '1' },
+  );
 }
 
 async function settleCharge(reservation: Reservation, microdollars: number, context: Record<string, unknown>) {
@@ -108,27 +148,12 @@ async function settleCharge(reservation: Reservation, microdollars: number, cont
 
 export async function handleMessages(req: Request): Promise<Response> {
   const prepared = await prepare(req, MessagesBody);
-  if (prepared instanceof Response) return prepared;
   const { caller, body } = prepared;
-
-  const pricing = pricingFor(prepared);
-  if (!pricing) {
-    return errorResponse(
-      400,
-      'invalid_request_error',
-      `Model "${body.model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${body.model}"`,
-    );
-  }
+  const pricing = await requirePricing(prepared);
   const worstCase = worstCaseMicros(pricing, body);
-  const admitted = await reserve({ caller, amounts: { ai: worstCase, compute: 0 }, enforce: ['ai'] });
-  if (!admitted.ok) {
-    const { used, reserved } = admitted.usage;
-    return errorResponse(
-      429,
-      'rate_limit_error',
-      `AI budget exhausted: ${used.ai + reserved.ai} of ${caller.budget.ai} microdollars used or reserved in the current ${caller.budget.window} window (started ${admitted.usage.key.windowStart})`,
-    );
-  }
+  const now = new Date();
+  const admitted = await reserve({ caller, amounts: { ai: worstCase, compute: 0 }, enforce: ['ai'], now });
+  if (!admitted.ok) throw budgetRefusal(caller, admitted.usage, now);
   const { reservation } = admitted;
   const abort = new AbortController();
   const started = Date.now();
@@ -139,7 +164,9 @@ export async function handleMessages(req: Request): Promise<Response> {
     await settleCharge(reservation, 0, { model: body.model });
     throw err;
   }
-  metrics.addMetric('UpstreamLatency', MetricUnit.Milliseconds, Date.now() - started);
+  const log = accessRecord();
+  log.upstreamMs = Date.now() - started;
+  metrics.addMetric('UpstreamLatency', MetricUnit.Milliseconds, log.upstreamMs);
   const context = { model: body.model, provider: prepared.route.provider };
 
   if (result.kind === 'error') {
@@ -150,12 +177,13 @@ export async function handleMessages(req: Request): Promise<Response> {
   if (result.kind === 'message') {
     const micros = result.reportedCostMicros ?? charge(pricing, usageOf(result.message.usage)).microdollars;
     const outcome = await settleCharge(reservation, micros, context);
+    log.costMicrodollars = micros;
     const headers: Record<string, string> = { [COST_HEADER]: String(micros) };
     if (outcome?.used) headers[REMAINING_HEADER] = String(Math.max(0, caller.budget.ai - outcome.used.ai - (outcome.reserved?.ai ?? 0)));
     return Response.json(result.message, { headers });
   }
 
-  return new Response(meteredStream(result, pricing, reservation, abort, context), {
+  return new Response(meteredStream(result, pricing, reservation, abort, context, log), {
     headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' },
   });
 }
@@ -192,6 +220,7 @@ function meteredStream(
   reservation: Reservation,
   abort: AbortController,
   context: Record<string, unknown>,
+  log: AccessRecord,
 ): ReadableStream<Uint8Array> {
   const reader = result.body.getReader();
   const meter = new StreamMeter();
@@ -200,6 +229,7 @@ function meteredStream(
     if (!settled) {
       meter.end();
       const micros = result.reportedCostMicros?.() ?? charge(pricing, meter.tokens()).microdollars;
+      log.costMicrodollars = micros;
       const pending = settleCharge(reservation, micros, context).finally(() => settling.delete(pending));
       settling.add(pending);
       settled = pending;
@@ -247,7 +277,6 @@ function meteredStream(
 
 export async function handleCountTokens(req: Request): Promise<Response> {
   const prepared = await prepare(req, CountTokensBody);
-  if (prepared instanceof Response) return prepared;
   const result = await prepared.provider.countTokens(providerRequest(prepared, req, new AbortController().signal));
   if (result.kind === 'error') return envelopeResponse(result.status, result.body);
   return Response.json(

@@ -1,12 +1,14 @@
 import { findProvider } from '@pydantic/genai-prices';
-import { priceFor } from '../pricing/prices.ts';
+import { ClientError } from '../http/errors.ts';
 import { cachedProject } from '../registry/project-cache.ts';
+import { routeModel } from '../routing/route.ts';
 import { authenticate } from './caller.ts';
-import { errorResponse } from './errors.ts';
+import { servable } from './model-access.ts';
 
 /**
- * GET /v1/models in Anthropic's list shape: the models this gateway can price for the caller's project — the
- * catalog's Anthropic and OpenAI models plus the project's custom-priced ones — with Anthropic's cursor paging.
+ * GET /v1/models in Anthropic's list shape: exactly the models `POST /v1/messages` would serve and price for the
+ * caller's project (model-access.ts decides both) — the project's custom-priced models, then the catalog's
+ * Anthropic, OpenAI and OpenRouter models — with Anthropic's cursor paging.
  */
 interface ModelInfo {
   type: 'model';
@@ -18,31 +20,31 @@ interface ModelInfo {
 const EPOCH = '1970-01-01T00:00:00Z';
 let catalog: ModelInfo[] | undefined;
 
+/** Catalog entries under the name a client must send: an OpenRouter id that would route elsewhere gets `or:`. */
 function catalogModels(): ModelInfo[] {
-  catalog ??= (['anthropic', 'openai'] as const).flatMap((providerId) =>
-    (findProvider({ providerId })?.models ?? [])
-      // The same resolution the proxy charges with, so every listed model is one a request can be metered for.
-      .filter((m) => priceFor(m.id, providerId) !== undefined)
-      .map((m) => ({ type: 'model' as const, id: m.id, display_name: m.name ?? m.id, created_at: EPOCH })),
+  catalog ??= (['anthropic', 'openai', 'openrouter'] as const).flatMap((providerId) =>
+    (findProvider({ providerId })?.models ?? []).map((m) => {
+      const id = providerId === 'openrouter' && routeModel(m.id).provider !== 'openrouter' ? `or:${m.id}` : m.id;
+      return { type: 'model' as const, id, display_name: m.name ?? m.id, created_at: EPOCH };
+    }),
   );
   return catalog;
 }
 
-async function modelsFor(req: Request): Promise<ModelInfo[] | Response> {
-  const auth = await authenticate(req);
-  if ('response' in auth) return auth.response;
-  const project = await cachedProject(auth.caller.projectId);
-  const custom = Object.keys(project?.pricing ?? {}).map((id) => ({ type: 'model' as const, id, display_name: id, created_at: EPOCH }));
+async function modelsFor(req: Request): Promise<ModelInfo[]> {
+  const caller = await authenticate(req);
+  const project = await cachedProject(caller.projectId);
+  if (!project) throw new ClientError(401, 'authentication', 'Token issuer is not a known project');
+  const custom = Object.keys(project.pricing).map((id) => ({ type: 'model' as const, id, display_name: id, created_at: EPOCH }));
   const seen = new Set<string>();
-  return [...custom, ...catalogModels()].filter((m) => !seen.has(m.id) && seen.add(m.id));
+  return [...custom, ...catalogModels()].filter((m) => !seen.has(m.id) && seen.add(m.id) && servable(project, m.id));
 }
 
 export async function listModels(req: Request): Promise<Response> {
   const models = await modelsFor(req);
-  if (models instanceof Response) return models;
   const params = new URL(req.url).searchParams;
   const limit = Number(params.get('limit') ?? 20);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) return errorResponse(400, 'invalid_request_error', 'limit must be an integer between 1 and 1000');
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new ClientError(400, 'invalid_request', 'limit must be an integer between 1 and 1000');
   const after = params.get('after_id');
   const before = params.get('before_id');
   let start = 0;
@@ -56,8 +58,7 @@ export async function listModels(req: Request): Promise<Response> {
 }
 
 export async function getModel(req: Request, id: string): Promise<Response> {
-  const models = await modelsFor(req);
-  if (models instanceof Response) return models;
-  const found = models.find((m) => m.id === id);
-  return found ? Response.json(found) : errorResponse(404, 'not_found_error', `model: ${id}`);
+  const found = (await modelsFor(req)).find((m) => m.id === id);
+  if (!found) throw new ClientError(404, 'not_found', `model: ${id}`);
+  return Response.json(found);
 }

@@ -13,10 +13,21 @@ const Message = z.looseObject({
   content: z.union([z.string(), z.array(Block)], { error: 'content must be a string or an array of content blocks' }),
 });
 
+/**
+ * The largest `max_tokens` the gateway forwards (docs/contract.md, "Limits"). No model today accepts more than a few
+ * hundred thousand output tokens, so the upstream would refuse anything above; the ceiling keeps every worst-case
+ * figure a safe integer instead of letting an absurd value reach the ledger.
+ */
+export const MAX_TOKENS_CEILING = 1_000_000;
+
 export const MessagesBody = z.looseObject({
   model: z.string({ error: 'model is required and must be a string' }).min(1, 'model must not be empty'),
-  max_tokens: z.number({ error: 'max_tokens is required and must be an integer' }).int('max_tokens must be an integer').positive('max_tokens must be at least 1'),
-  messages: z.array(Message, { error: 'messages is required and must be an array' }),
+  max_tokens: z
+    .number({ error: 'max_tokens is required and must be an integer' })
+    .int('max_tokens must be an integer')
+    .positive('max_tokens must be at least 1')
+    .max(MAX_TOKENS_CEILING, `max_tokens must be at most ${MAX_TOKENS_CEILING.toLocaleString('en-US')}`),
+  messages: z.array(Message, { error: 'messages is required and must be an array of message objects' }),
   system: z.union([z.string(), z.array(Block)], { error: 'system must be a string or an array of text blocks' }).optional(),
   stream: z.boolean({ error: 'stream must be a boolean' }).optional(),
 });

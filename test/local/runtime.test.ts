@@ -58,13 +58,13 @@ describe('streaming through the local function-URL adapter', () => {
     expect(isStreamingHandler(handler)).toBe(true);
     ({ url, server } = await serve(async (req, res) => {
       if (req.url === '/plain') {
-        await invokeStreaming(async () => undefined, functionUrlEvent(req, await readBody(req)), res, 'plain').catch((err: Error) => {
+        await invokeStreaming(async () => undefined, functionUrlEvent(req, (await readBody(req, 1 << 20))!.body), res, 'plain').catch((err: Error) => {
           res.writeHead(500);
           res.end(err.message);
         });
         return;
       }
-      await invokeStreaming(handler, functionUrlEvent(req, await readBody(req)), res, 'test');
+      await invokeStreaming(handler, functionUrlEvent(req, (await readBody(req, 1 << 20))!.body), res, 'test');
     }));
   });
   afterAll(async () => {

@@ -146,7 +146,7 @@ describe('upstream failures', () => {
     const { unsettledStreams } = await import('../../lambdas/proxy/messages.ts');
     let invocation: Promise<void> | undefined;
     const server: Server = createServer((req, res) => {
-      invocation = readBody(req).then((body) => invokeStreaming(handler, functionUrlEvent(req, body), res, 'channeling'));
+      invocation = readBody(req, 1 << 20).then((read) => invokeStreaming(handler, functionUrlEvent(req, read!.body), res, 'channeling'));
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     try {

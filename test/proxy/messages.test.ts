@@ -146,11 +146,17 @@ describe('count_tokens and models', () => {
   });
 
   it('lists the models the gateway can price, with paging, custom-priced ones included', async () => {
-    await gw.setPricing('house-model', { inputUsdPerMtok: 1, outputUsdPerMtok: 2 });
+    await gw.setPricing('claude-house-1', { inputUsdPerMtok: 1, outputUsdPerMtok: 2 });
     const ids: string[] = [];
     for await (const m of client.models.list({ limit: 50 })) ids.push(m.id);
     expect(ids).toContain('claude-sonnet-4-6');
-    expect(ids).toContain('gpt-4o');
+    expect(ids).toContain('claude-house-1');
+    // GPT models need the project's OpenAI key: without it they are not listed, because they would be refused
+    expect(ids).not.toContain('gpt-4o');
+    await gw.setProviderKey('openai', 'sk-test-openai');
+    const withKey: string[] = [];
+    for await (const m of client.models.list({ limit: 1000 })) withKey.push(m.id);
+    expect(withKey).toContain('gpt-4o');
     expect(new Set(ids).size).toBe(ids.length);
     const page = await client.models.list({ limit: 2 });
     expect(page.data).toHaveLength(2);
@@ -180,7 +186,8 @@ describe('errors in the Anthropic envelope', () => {
     const cases: [unknown, RegExp][] = [
       [{ model: 'claude-sonnet-4-6', messages: [{ role: 'user', content: 'x' }] }, /max_tokens is required/],
       [{ model: 'claude-sonnet-4-6', max_tokens: 5 }, /messages is required/],
-      [{ model: 'claude-sonnet-4-6', max_tokens: 5, messages: [{ role: 'robot', content: 'x' }] }, /^messages\.0\.role: /],
+      [{ model: 'claude-sonnet-4-6', max_tokens: 5, messages: [{ role: 7, content: 'x' }] }, /^messages\.0\.role: role must be a string/],
+      [{ model: 'claude-sonnet-4-6', max_tokens: 5, messages: ['x'] }, /^messages\.0: /],
       [{ model: 'claude-sonnet-4-6', max_tokens: 1.5, messages: [] }, /max_tokens must be an integer/],
       [{ max_tokens: 5, messages: [] }, /model is required/],
     ];
@@ -193,6 +200,14 @@ describe('errors in the Anthropic envelope', () => {
     const res = await fetch(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': token }, body: '{not json' });
     expect(res.status).toBe(400);
     expect(await res.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: 'Request body is not valid JSON' } });
+    // (the SDK itself refuses a huge non-streamed max_tokens, so this one goes raw)
+    const huge = await fetch(`${gw.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': token },
+      body: JSON.stringify({ model: 'claude-sonnet-4-6', max_tokens: 600_000_000_000_000, messages: [{ role: 'user', content: 'x' }] }),
+    });
+    expect(huge.status).toBe(400);
+    expect(await huge.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: 'max_tokens must be at most 1,000,000' } });
   });
 
   it('refuses a model with no price instead of charging $0, and serves it once priced', async () => {

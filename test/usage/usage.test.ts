@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Anthropic from '@anthropic-ai/sdk';
-import { windowStart } from '../../lambdas/budgets/windows.ts';
+import { windowEnd, windowStart } from '../../lambdas/budgets/windows.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 let gw: TestGateway;
@@ -116,8 +116,13 @@ describe('GET /usage', () => {
     expect(apiErr.status).toBe(429);
     expect((apiErr.error as { error: { type: string; message: string } }).error).toEqual({
       type: 'rate_limit_error',
-      message: `AI budget exhausted: ${cost} of 5 microdollars used or reserved in the current day window (started ${body.window_start as string})`,
+      message: `AI budget exhausted: ${cost} of 5 microdollars spent in the current day window (started ${body.window_start as string}); it resets at ${windowEnd('day', new Date(body.window_start as string))!.toISOString()}`,
     });
+    // waiting will not help before the window resets: clients are told not to retry, and when the budget comes back
+    expect(apiErr.headers?.get('x-should-retry')).toBe('false');
+    const resetIn = (windowEnd('day', new Date(body.window_start as string))!.getTime() - Date.now()) / 1000;
+    expect(Number(apiErr.headers?.get('retry-after'))).toBeGreaterThanOrEqual(Math.floor(resetIn) - 5);
+    expect(Number(apiErr.headers?.get('retry-after'))).toBeLessThanOrEqual(Math.ceil(resetIn) + 1);
     // the refusal charged nothing
     expect(((await getUsage(token)).body.ai as { used: number }).used).toBe(cost);
   });

@@ -1,0 +1,114 @@
+import { randomBytes } from 'node:crypto';
+import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
+import { logger } from '../observability/logger.ts';
+import { metrics, MetricUnit } from '../observability/metrics.ts';
+import { readBodyText } from './body.ts';
+import { ClientError } from './errors.ts';
+import { MAX_BODY_BYTES } from './limits.ts';
+import type { Router } from './router.ts';
+
+/**
+ * What both apps (proxy, conjure) wear, in one place: a `request-id` on every response, typed refusals rendered in
+ * the app's own envelope, unexpected failures answered as the app's 500 (and logged as ERROR), request and 5xx
+ * counts, and one access-log line per request.
+ */
+export interface AppSpec {
+  router: Router;
+  /** A ClientError as the app's response, in its envelope with the error's status and headers. */
+  renderClientError(err: ClientError): Response;
+  /** The app's 500 for a failure of the gateway itself. */
+  internalError(): Response;
+  /** The error type an error body names, for the access log. */
+  errorTypeOf(body: unknown): string | undefined;
+}
+
+export interface HttpApp {
+  /** The request, or a builder that may throw a ClientError when the event cannot be a Request (e.g. TRACE). */
+  fetch(input: Request | (() => Request)): Promise<Response>;
+}
+
+export function httpApp(spec: AppSpec): HttpApp {
+  return {
+    async fetch(input) {
+      const started = Date.now();
+      const record: AccessRecord = { requestId: `req_gw_${randomBytes(12).toString('hex')}`, method: '-', path: '-' };
+      return withAccessRecord(record, async () => {
+        metrics.addMetric('Requests', MetricUnit.Count, 1);
+        let res: Response;
+        try {
+          const req = typeof input === 'function' ? input() : input;
+          record.method = req.method;
+          record.path = new URL(req.url).pathname;
+          // Refused before a byte is read when the client declares it (readBodyText checks what actually came).
+          if (Number(req.headers.get('content-length')) > MAX_BODY_BYTES) await readBodyText(req);
+          res = await spec.router.handle(req);
+        } catch (err) {
+          if (err instanceof ClientError) {
+            res = spec.renderClientError(err);
+          } else {
+            logger.error('request failed', { error: err as Error, requestId: record.requestId, path: record.path });
+            res = spec.internalError();
+          }
+        }
+        if (res.status >= 500) metrics.addMetric('Errors', MetricUnit.Count, 1);
+        record.status = res.status;
+        const headers = new Headers(res.headers);
+        headers.set('request-id', record.requestId);
+        if (res.status >= 400 && headers.get('content-type')?.includes('json')) {
+          // Error bodies are small JSON: read once here so the log names the error type.
+          const text = await res.text();
+          try {
+            record.error = spec.errorTypeOf(JSON.parse(text));
+          } catch {
+            // Not ours to judge: a passthrough body that is not JSON.
+          }
+          record.totalMs = Date.now() - started;
+          writeAccessLog(record);
+          return new Response(text, { status: res.status, statusText: res.statusText, headers });
+        }
+        return new Response(logWhenDelivered(res.body, record, started), { status: res.status, statusText: res.statusText, headers });
+      });
+    },
+  };
+}
+
+/**
+ * Passes the body through and writes the access line once it has been delivered or abandoned, so a stream's line
+ * carries the charge its settlement recorded (settlement happens before the inner stream closes or finishes
+ * cancelling).
+ */
+function logWhenDelivered(body: ReadableStream<Uint8Array> | null, record: AccessRecord, started: number): ReadableStream<Uint8Array> | null {
+  const done = () => {
+    record.totalMs = Date.now() - started;
+    writeAccessLog(record);
+  };
+  if (!body) {
+    done();
+    return null;
+  }
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await reader.read();
+        } catch (err) {
+          done();
+          controller.error(err);
+          return;
+        }
+        if (chunk.done) {
+          done();
+          controller.close();
+        } else controller.enqueue(chunk.value);
+      },
+      async cancel(reason) {
+        record.clientClosed = true;
+        await reader.cancel(reason).catch(() => undefined);
+        done();
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}

@@ -1,0 +1,59 @@
+import { ClientError } from './errors.ts';
+import { MAX_BODY_BYTES, MAX_JSON_DEPTH } from './limits.ts';
+
+/**
+ * Reads a request body as text, refusing it (413) over MAX_BODY_BYTES. A declared `content-length` over the limit
+ * is refused before anything is read; the local runtime stops buffering just past the limit, so what reaches here
+ * is never much larger.
+ */
+export async function readBodyText(req: Request): Promise<string> {
+  const declared = Number(req.headers.get('content-length'));
+  if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) throw tooLarge(declared);
+  const bytes = new Uint8Array(await req.arrayBuffer());
+  if (bytes.byteLength > MAX_BODY_BYTES) throw tooLarge(bytes.byteLength);
+  return new TextDecoder().decode(bytes);
+}
+
+function tooLarge(bytes: number): ClientError {
+  return new ClientError(
+    413,
+    'request_too_large',
+    `Request body is ${(bytes / 1_048_576).toFixed(1)} MB; the limit is ${MAX_BODY_BYTES / 1_048_576} MB`,
+  );
+}
+
+/**
+ * Parses a JSON request body. The nesting depth is measured on the text first, by a linear scan with no recursion,
+ * so a 20 KB body nested 10,000 levels deep is refused before it becomes a structure any later code could overflow
+ * the stack on.
+ */
+export function parseJsonBody(text: string): unknown {
+  if (text.trim() === '') throw new ClientError(400, 'invalid_request', 'Request body is empty; expected a JSON object');
+  const depth = jsonDepth(text);
+  if (depth > MAX_JSON_DEPTH) {
+    throw new ClientError(400, 'invalid_request', `Request body nests deeper than ${MAX_JSON_DEPTH} levels of arrays and objects`);
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new ClientError(400, 'invalid_request', 'Request body is not valid JSON');
+  }
+}
+
+/** The deepest bracket nesting of a JSON text (brackets inside strings do not count). Malformed text is left to JSON.parse. */
+export function jsonDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c /* \ */) i++;
+      else if (c === 0x22 /* " */) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (++depth > max) max = depth;
+    } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) depth--;
+  }
+  return max;
+}
