@@ -1,7 +1,8 @@
 import middy from '@middy/core';
 import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
 import type { LambdaFunctionURLEvent } from 'aws-lambda';
-import { requestFromFunctionUrl, streamingResultFrom } from '../http/function-url.ts';
+import { requestFromFunctionUrl, streamingResultFrom, toleratingDisconnects } from '../http/function-url.ts';
+import { logger } from '../observability/logger.ts';
 import { proxyApp } from '../proxy/app.ts';
 import { settlementsInFlight } from '../proxy/messages.ts';
 import { observability } from './middleware.ts';
@@ -12,7 +13,7 @@ const app = proxyApp();
  * The channeling function URL (invoke mode RESPONSE_STREAM): a function-URL event → the proxy core → a streamed
  * response. SSE bytes are piped as the provider produces them.
  */
-export const handler = middy<LambdaFunctionURLEvent>({
+const proxied = middy<LambdaFunctionURLEvent>({
   executionMode: executionModeStreamifyResponse,
   // Runs after the response has been piped or broken off: no stream's charge is still being written when the
   // invocation ends.
@@ -20,3 +21,7 @@ export const handler = middy<LambdaFunctionURLEvent>({
 })
   .use(observability())
   .handler(async (event) => streamingResultFrom(await app.fetch(() => requestFromFunctionUrl(event))));
+
+export const handler = toleratingDisconnects(proxied as never, (err) =>
+  logger.info('client disconnected before the response was complete', { error: (err as Error)?.message }),
+);

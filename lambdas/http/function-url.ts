@@ -37,3 +37,33 @@ export function streamingResultFrom(res: Response): StreamingResult {
     body: res.body ? Readable.fromWeb(res.body as import('node:stream/web').ReadableStream) : '',
   };
 }
+
+type StreamingHandler = (event: LambdaFunctionURLEvent, responseStream: NodeJS.WritableStream, context: unknown) => Promise<void>;
+
+/** Error codes of a response pipe broken by the client going away (not by the gateway). */
+const DISCONNECT_CODES = new Set(['ERR_STREAM_PREMATURE_CLOSE', 'ERR_STREAM_DESTROYED', 'ERR_STREAM_WRITE_AFTER_END', 'EPIPE', 'ECONNRESET']);
+
+function isDisconnect(err: unknown): boolean {
+  const e = err as { code?: string; message?: string } | undefined;
+  return Boolean(e && ((e.code && DISCONNECT_CODES.has(e.code)) || e.message === 'Client disconnected'));
+}
+
+/**
+ * A client that leaves in the middle of a streamed answer breaks the pipe into the response stream, and middy then
+ * rethrows that as the invocation's error: every abandoned stream would count as a failed invocation (an ERROR log
+ * and the Errors alarm) although the gateway did everything right and the charge is settled. This ends such an
+ * invocation normally; any other error still fails it. The result is marked as a streaming handler again, as
+ * `awslambda.streamifyResponse` only tags the function it is given.
+ */
+export function toleratingDisconnects<H extends StreamingHandler>(inner: H, onDisconnect: (err: unknown) => void): H {
+  const outer = async (event: LambdaFunctionURLEvent, responseStream: NodeJS.WritableStream, context: unknown) => {
+    try {
+      await inner(event, responseStream, context);
+    } catch (err) {
+      if (!isDisconnect(err)) throw err;
+      onDisconnect(err);
+    }
+  };
+  const g = globalThis as unknown as { awslambda: { streamifyResponse<T>(fn: T): T } };
+  return g.awslambda.streamifyResponse(outer) as unknown as H;
+}

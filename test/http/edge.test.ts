@@ -108,7 +108,7 @@ describe('routing by the path alone, in the right envelope', () => {
 });
 
 describe('bounds on what a request can be', () => {
-  const post = (body: string | Buffer, headers: Record<string, string> = {}) =>
+  const post = (body: string, headers: Record<string, string> = {}) =>
     fetch(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': token, 'content-type': 'application/json', ...headers }, body });
 
   it(`a body over ${MAX_BODY_BYTES} bytes → 413 request_too_large, on both apps, charged nothing`, async () => {
