@@ -82,3 +82,33 @@ if (typeof m.handler !== 'function') { console.error('the bundle exports no hand
     expect(stdout + stderr).not.toMatch(/Error/);
   }, 60_000);
 });
+
+describe('access log in Lambda', () => {
+  it('one structured JSON line per request: method, path, status, error, request id, latency — never the token', async () => {
+    const bundle = pathToFileURL(join(outdir, 'ConjureApi', 'index.mjs')).href;
+    const token = 'eyJhbGciOiJIUzI1NiJ9.eyJpc3MiOiJ4In0.c2VjcmV0LXNpZ25hdHVyZQ';
+    const event = { httpMethod: 'GET', path: '/usage', headers: { authorization: `Bearer ${token}` }, body: null, isBase64Encoded: false, requestContext: {} };
+    const context = { awsRequestId: 'req-1', functionName: 'conjure', functionVersion: '1', invokedFunctionArn: 'arn', memoryLimitInMB: '128', getRemainingTimeInMillis: () => 1000 };
+    const script = `const m = await import(${JSON.stringify(bundle)});
+const res = await m.handler(${JSON.stringify(event)}, { ...${JSON.stringify(context)}, getRemainingTimeInMillis: () => 1000 });
+console.error('RESULT ' + JSON.stringify(res));`;
+    const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], { env: lambdaEnv, cwd: outdir, timeout: 30_000 });
+    const result = JSON.parse(/RESULT (.*)/.exec(stderr)![1]!) as { statusCode: number; headers: Record<string, string> };
+    expect(result.statusCode).toBe(401);
+    const lines = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const access = lines.filter((l) => l.message === 'request');
+    expect(access).toHaveLength(1);
+    expect(access[0]).toMatchObject({
+      level: 'INFO',
+      service: 'prompt-gateway-dev',
+      method: 'GET',
+      path: '/usage',
+      status: 401,
+      // the payload has no sub: refused before any store access (there is no store here)
+      error: 'Token claim invalid: sub (missing)',
+      requestId: result.headers['request-id'],
+      totalMs: expect.any(Number),
+    });
+    expect(stdout + stderr).not.toContain(token.split('.')[2]!);
+  }, 60_000);
+});

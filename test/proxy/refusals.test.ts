@@ -1,0 +1,70 @@
+import Anthropic from '@anthropic-ai/sdk';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { reserve, settle } from '../../lambdas/budgets/ledger.ts';
+import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+
+/**
+ * Budget refusals tell clients whether to retry, and the real SDK (default retry policy) obeys: one HTTP call for a
+ * spent budget instead of three (Claude Code used to send eleven over three minutes).
+ */
+let gw: TestGateway;
+beforeAll(async () => {
+  gw = await startTestGateway();
+});
+afterAll(async () => {
+  await gw?.stop();
+});
+
+/** The real SDK with its default retries, counting the HTTP calls it makes. */
+function countingClient(token: string) {
+  const calls: { status: number; retryAfter: string | null; shouldRetry: string | null }[] = [];
+  const client = new Anthropic({
+    baseURL: gw.url,
+    apiKey: token,
+    fetch: async (url, init) => {
+      const res = await fetch(url, init);
+      calls.push({ status: res.status, retryAfter: res.headers.get('retry-after'), shouldRetry: res.headers.get('x-should-retry') });
+      return res;
+    },
+  });
+  return { client, calls };
+}
+
+const params = { model: 'claude-sonnet-4-6', max_tokens: 16, messages: [{ role: 'user' as const, content: 'hi [[words:3]]' }] };
+
+describe('budget refusals', () => {
+  it('a spent budget: one HTTP call, x-should-retry false, retry-after = seconds to the window reset', async () => {
+    const { client, calls } = countingClient(await gw.token({ user: 'spent', budget: { ai: 1, window: 'hour' } }));
+    await client.messages.create(params); // admitted (nothing used yet) and costs more than 1 µ$
+    calls.length = 0;
+    const err = await client.messages.create(params).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Anthropic.RateLimitError);
+    expect(calls).toHaveLength(1);
+    const secondsToHour = 3600 - Math.floor((Date.now() / 1000) % 3600);
+    expect(calls[0]!.shouldRetry).toBe('false');
+    expect(Math.abs(Number(calls[0]!.retryAfter) - secondsToHour)).toBeLessThanOrEqual(2);
+    expect((err as Error).message).toMatch(/AI budget exhausted: \d+ of 1 microdollars spent in the current hour window .*; it resets at /);
+  });
+
+  it('a spent lifetime budget: no retry-after, since it never resets', async () => {
+    const { client, calls } = countingClient(await gw.token({ user: 'spent-forever', budget: { ai: 0, window: 'lifetime' } }));
+    const err = await client.messages.create(params).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Anthropic.RateLimitError);
+    expect(calls).toEqual([{ status: 429, retryAfter: null, shouldRetry: 'false' }]);
+    expect((err as Error).message).toMatch(/a lifetime budget does not reset/);
+  });
+
+  it('a budget only held by requests in flight: x-should-retry true, retry-after 1, and the SDK retry succeeds once it frees', async () => {
+    const budget = { ai: 100_000, compute: 0, window: 'day' as const };
+    const { client, calls } = countingClient(await gw.token({ user: 'held', budget }));
+    // Another request of the same user holds the whole budget …
+    const held = await reserve({ caller: { projectId: gw.projectId, userId: 'held', budget }, amounts: { ai: 100_000, compute: 0 }, enforce: ['ai'] });
+    expect(held.ok).toBe(true);
+    // … and finishes (charged nothing) while the SDK waits its retry-after.
+    setTimeout(() => void settle((held as { reservation: Parameters<typeof settle>[0] }).reservation, { ai: 0, compute: 0 }), 300);
+    const message = await client.messages.create(params);
+    expect(message.type).toBe('message');
+    expect(calls[0]).toEqual({ status: 429, retryAfter: '1', shouldRetry: 'true' });
+    expect(calls.at(-1)!.status).toBe(200);
+  });
+});
