@@ -15,8 +15,10 @@ async function main() {
     port,
     dataDir,
     dynamoPort: process.env.DYNAMODB_PORT ? Number(process.env.DYNAMODB_PORT) : undefined,
+    // One readable line per request, so a newcomer sees what each client sent and what it was answered.
+    accessLog: (line) => console.log(line),
   });
-  const dev = await ensureDevelopmentProject();
+  const dev = await ensureDevelopmentProject({ simulated: gw.simulated });
 
   const lines = [
     '',

@@ -75,7 +75,7 @@ export async function getProject(projectId: string): Promise<Project | undefined
   return out.Item ? Project.parse(out.Item) : undefined;
 }
 
-async function updateProject(projectId: string, update: { expression: string; names?: Record<string, string>; values: Record<string, unknown> }): Promise<Project> {
+async function updateProject(projectId: string, update: { expression: string; names?: Record<string, string>; values?: Record<string, unknown> }): Promise<Project> {
   try {
     const out = await documentClient().send(
       new UpdateCommand({
@@ -110,6 +110,10 @@ export async function setProviderKey(projectId: string, provider: ProjectProvide
     names: { '#p': provider },
     values: { ':k': ciphertext },
   });
+}
+
+export async function removeProviderKey(projectId: string, provider: ProjectProvider): Promise<void> {
+  await updateProject(projectId, { expression: 'REMOVE providerKeys.#p', names: { '#p': provider } });
 }
 
 /** The provider key in clear, for the one call that needs it; undefined when the project has none. */
