@@ -157,6 +157,8 @@ const UNSUPPORTED: Record<string, string> = {
   tool_search_tool_result: 'server tool results (tool_search_tool_result)',
   mcp_tool_use: 'MCP connector blocks (mcp_tool_use)',
   mcp_tool_result: 'MCP connector blocks (mcp_tool_result)',
+  tool_addition: 'mid-conversation tool changes (tool_addition)',
+  tool_removal: 'mid-conversation tool changes (tool_removal)',
 };
 
 function unsupported(type: string, where: string, label: string): TranslationError {
@@ -173,8 +175,24 @@ function imagePart(block: Block, where: string, label: string): OpenAI.Chat.Chat
   throw new TranslationError(`${where}: image source "${source?.type ?? 'missing'}" cannot be sent to ${label} (use base64 or url images)`);
 }
 
-/** A tool result's content as the text of a `tool` message; its images go to the user message that follows. */
-function toolResultContent(block: Block, where: string, label: string): { text: string; images: OpenAI.Chat.ChatCompletionContentPartImage[] } {
+/**
+ * Deferred tools (`defer_loading: true`) the conversation has loaded so far: a client-side tool search (Claude Code's
+ * ToolSearch) answers with `tool_reference` blocks naming them, which Anthropic's API expands into the tool.
+ */
+type LoadedTools = Set<string>;
+
+/**
+ * A tool result's content as the text of a `tool` message; its images go to the user message that follows. A
+ * `tool_reference` (a tool search's answer) becomes a line naming the loaded tool, under the name the upstream knows
+ * it by: the tool itself is then in the request's `tools` (see translateTools), which is what loading it means.
+ */
+function toolResultContent(
+  block: Block,
+  where: string,
+  label: string,
+  names: ToolNames,
+  loaded: LoadedTools,
+): { text: string; images: OpenAI.Chat.ChatCompletionContentPartImage[] } {
   const texts: string[] = [];
   const images: OpenAI.Chat.ChatCompletionContentPartImage[] = [];
   const content = block.content;
@@ -184,7 +202,10 @@ function toolResultContent(block: Block, where: string, label: string): { text: 
       const at = `${where}.content.${j}`;
       if (inner.type === 'text') texts.push(textOf(inner, at));
       else if (inner.type === 'image') images.push(imagePart(inner, at, label));
-      else throw unsupported(inner.type, at, label);
+      else if (inner.type === 'tool_reference' && typeof inner.tool_name === 'string' && inner.tool_name) {
+        loaded.add(inner.tool_name);
+        texts.push(`Tool loaded: ${names.upstream(inner.tool_name)}`);
+      } else throw unsupported(inner.type, at, label);
     });
   }
   const text = texts.join('\n');
@@ -201,7 +222,7 @@ function userContent(parts: UserPart[]): string | UserPart[] {
  * because OpenAI wants them right after that turn — and the rest (text, images, images from tool results) one user
  * message after them.
  */
-function translateUser(content: unknown, index: number, previousCalls: string[], label: string): Message[] {
+function translateUser(content: unknown, index: number, previousCalls: string[], label: string, names: ToolNames, loaded: LoadedTools): Message[] {
   if (typeof content === 'string') return [{ role: 'user', content }];
   const toolMessages: { id: string; text: string }[] = [];
   const toolImages: UserPart[] = [];
@@ -217,7 +238,7 @@ function translateUser(content: unknown, index: number, previousCalls: string[],
         break;
       case 'tool_result': {
         const id = String(block.tool_use_id ?? '');
-        const { text, images } = toolResultContent(block, where, label);
+        const { text, images } = toolResultContent(block, where, label, names, loaded);
         toolMessages.push({ id, text });
         if (images.length) toolImages.push({ type: 'text', text: `Image output of tool call ${id}:` }, ...images);
         break;
@@ -270,23 +291,53 @@ function translateAssistant(content: unknown, index: number, names: ToolNames, l
   return { message, callIds: calls.map((c) => c.id) };
 }
 
-function translateSystem(system: unknown): Message[] {
+/**
+ * A system prompt — the top-level `system`, or a `role:"system"` message in `messages` (`where` names which) — as
+ * ONE `system` message: text blocks joined with a blank line, cache_control dropped, empty text sends nothing. Both
+ * go the same way so a model sees a mid-conversation instruction exactly as it would see the opening one. The role is
+ * `system` for every model, reasoning models included: OpenAI takes `system` as `developer` for those, and many
+ * models behind OpenRouter know no `developer` role.
+ */
+function translateSystem(system: unknown, where: string, label: string): Message[] {
   if (system === undefined || system === null) return [];
   if (typeof system === 'string') return system ? [{ role: 'system', content: system }] : [];
   const texts = blocksOf(system).map((block, j) => {
-    if (block.type !== 'text') throw new TranslationError(`system.${j}: only text blocks are allowed in system`);
-    return textOf(block, `system.${j}`);
+    if (block.type === 'text') return textOf(block, `${where}.${j}`);
+    if (UNSUPPORTED[block.type]) throw unsupported(block.type, `${where}.${j}`, label);
+    throw new TranslationError(`${where}.${j}: only text blocks are allowed in a system prompt`);
   });
   return texts.length ? [{ role: 'system', content: texts.join('\n\n') }] : [];
+}
+
+/**
+ * OpenAI's `user` identifies an end user for abuse detection, and upstreams refuse long ones (OpenRouter above 128
+ * characters; OpenAI documents 128 for `safety_identifier`, the field replacing `user`, and is stricter on some
+ * fields). Claude Code sends a JSON object of device, account and session ids (about 150 characters) as
+ * `metadata.user_id`, so an id over 64 characters goes as its SHA-256 (64 hex characters): still stable per id and
+ * opaque, and a whole request is not refused over a field that only helps abuse detection.
+ */
+export const MAX_USER_ID = 64;
+
+export function upstreamUserId(userId: string): string {
+  return userId.length <= MAX_USER_ID ? userId : createHash('sha256').update(userId).digest('hex');
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Tools
 // ---------------------------------------------------------------------------------------------------------------
 
-function translateTools(tools: unknown, names: ToolNames, label: string): OpenAI.Chat.ChatCompletionFunctionTool[] | undefined {
+/**
+ * Custom tools → functions. A deferred tool (`defer_loading: true`) is kept out of the model's view by Anthropic until a
+ * `tool_reference` loads it, so it is sent only once loaded: offering it earlier would let the model call a tool its
+ * client has not loaded (Claude Code refuses such a call) and spend the context the client deferred it to save.
+ */
+function translateTools(tools: unknown, names: ToolNames, label: string, loaded: LoadedTools): OpenAI.Chat.ChatCompletionFunctionTool[] | undefined {
   if (!Array.isArray(tools) || tools.length === 0) return undefined;
-  return (tools as Record<string, unknown>[]).map((tool, i) => {
+  const offered = (tools as Record<string, unknown>[])
+    .map((tool, i) => ({ tool, i }))
+    .filter(({ tool }) => tool.defer_loading !== true || (typeof tool.name === 'string' && loaded.has(tool.name)));
+  if (offered.length === 0) return undefined;
+  return offered.map(({ tool, i }) => {
     const type = tool.type;
     if (type !== undefined && type !== null && type !== 'custom') {
       throw new TranslationError(
@@ -355,21 +406,55 @@ export function translateRequest(
     }
   }
   const names = new ToolNames();
-  const messages: Message[] = translateSystem(body.system);
+  const loaded: LoadedTools = new Set();
+  const messages: Message[] = translateSystem(body.system, 'system', label);
   let previousCalls: string[] = [];
+  // System messages met between an assistant turn's tool calls and the user turn holding their results: OpenAI
+  // wants the tool messages right after the calls, so these wait until the tool messages are placed.
+  let heldSystem: Message[] = [];
+  const placeHeld = () => {
+    messages.push(...heldSystem);
+    heldSystem = [];
+  };
   (body.messages ?? []).forEach((m, i) => {
-    if (m.role === 'assistant') {
-      const { message, callIds } = translateAssistant(m.content, i, names, label);
-      messages.push(message);
-      previousCalls = callIds;
-    } else {
-      messages.push(...translateUser(m.content, i, previousCalls, label));
-      previousCalls = [];
+    // The schema lets any string role through (the upstream judges it); here only what Chat Completions can carry.
+    const role: unknown = m.role;
+    switch (role) {
+      case 'assistant': {
+        placeHeld();
+        const { message, callIds } = translateAssistant(m.content, i, names, label);
+        messages.push(message);
+        previousCalls = callIds;
+        break;
+      }
+      case 'user': {
+        const translated = translateUser(m.content, i, previousCalls, label, names, loaded);
+        const tools = translated.filter((t) => t.role === 'tool');
+        messages.push(...tools);
+        placeHeld();
+        messages.push(...translated.slice(tools.length));
+        previousCalls = [];
+        break;
+      }
+      case 'system': {
+        // `clear_at: "next_user_message"`: Anthropic shows the message only until a later user message exists.
+        const cleared = (m as { clear_at?: unknown }).clear_at === 'next_user_message' && body.messages.slice(i + 1).some((later) => later.role === 'user');
+        if (cleared) break;
+        const system = translateSystem(m.content, `messages.${i}.content`, label);
+        if (previousCalls.length) heldSystem.push(...system);
+        else messages.push(...system);
+        break;
+      }
+      default:
+        throw new TranslationError(
+          `messages.${i}.role: ${JSON.stringify(role)} cannot be sent to ${label}, which serves this model; a message's role must be "user", "assistant" or "system"`,
+        );
     }
   });
+  placeHeld();
 
   const params: ChatRequest = { model: upstreamModel, messages };
-  const tools = translateTools(body.tools, names, label);
+  const tools = translateTools(body.tools, names, label, loaded);
   if (tools) {
     params.tools = tools;
     Object.assign(params, translateToolChoice(body.tool_choice, names));
@@ -379,7 +464,7 @@ export function translateRequest(
   if (typeof body.temperature === 'number') params.temperature = body.temperature;
   if (typeof body.top_p === 'number') params.top_p = body.top_p;
   const userId = (body.metadata as { user_id?: unknown } | undefined)?.user_id;
-  if (typeof userId === 'string' && userId) params.user = userId;
+  if (typeof userId === 'string' && userId) params.user = upstreamUserId(userId);
 
   const format = (body.output_config as { format?: { type?: string; schema?: unknown } } | undefined)?.format;
   if (format?.type === 'json_schema' && format.schema && typeof format.schema === 'object') {

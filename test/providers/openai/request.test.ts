@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { TranslationError } from '../../../lambdas/providers/openai/errors.ts';
+import { createHash } from 'node:crypto';
 import {
   effortForBudget,
   estimateTokens,
@@ -213,6 +214,140 @@ describe('translateRequest: messages', () => {
   });
 });
 
+describe('translateRequest: system messages in the middle of the conversation', () => {
+  it('puts a role:"system" message (string content) at its own position, after the top-level system prompt', () => {
+    const p = params({
+      system: 'Opening rules.',
+      messages: [
+        { role: 'user', content: 'First' },
+        { role: 'assistant', content: 'Reply one' },
+        { role: 'system', content: 'From now on, answer in French.' },
+        { role: 'user', content: 'Second' },
+      ],
+    });
+    expect(p.messages).toEqual([
+      { role: 'system', content: 'Opening rules.' },
+      { role: 'user', content: 'First' },
+      { role: 'assistant', content: 'Reply one' },
+      { role: 'system', content: 'From now on, answer in French.' },
+      { role: 'user', content: 'Second' },
+    ]);
+  });
+
+  it('joins text blocks like the top-level system prompt (blank line, cache_control and per-turn fields dropped)', () => {
+    // The shape Claude Code sends: text blocks with cache_control, a per-turn output_config on the message itself,
+    // and the system message LAST, after the user's turn.
+    const p = params({
+      messages: [
+        { role: 'user', content: [{ type: 'text', text: '<system-reminder>r</system-reminder>' }, { type: 'text', text: 'hi' }] },
+        {
+          role: 'system',
+          content: [
+            { type: 'text', text: '# Environment' },
+            { type: 'text', text: 'Today is Sunday.', cache_control: { type: 'ephemeral' } },
+          ],
+          output_config: { effort: 'medium' },
+        },
+      ],
+    });
+    expect(p.messages).toEqual([
+      { role: 'user', content: [{ type: 'text', text: '<system-reminder>r</system-reminder>' }, { type: 'text', text: 'hi' }] },
+      { role: 'system', content: '# Environment\n\nToday is Sunday.' },
+    ]);
+  });
+
+  it('sends nothing for an empty system message, as for an empty top-level system prompt', () => {
+    expect(params({ messages: [{ role: 'user', content: 'Hi' }, { role: 'system', content: '' }, { role: 'system', content: [] }] }).messages).toEqual([
+      { role: 'user', content: 'Hi' },
+    ]);
+  });
+
+  it('keeps role "system" for reasoning models (like the top-level prompt) and for OpenRouter', () => {
+    const messages = [
+      { role: 'user', content: 'Hi' },
+      { role: 'system', content: 'Be brief.' },
+    ];
+    expect(params({ system: 'S', messages }, 'o3').messages).toEqual([
+      { role: 'system', content: 'S' },
+      { role: 'user', content: 'Hi' },
+      { role: 'system', content: 'Be brief.' },
+    ]);
+    const viaRouter = translateRequest(body({ messages }), { upstreamModel: 'meta-llama/llama-3.3-70b-instruct', dialect: OPENROUTER_DIALECT, stream: false });
+    expect(viaRouter.params.messages).toEqual([
+      { role: 'user', content: 'Hi' },
+      { role: 'system', content: 'Be brief.' },
+    ]);
+  });
+
+  it('places a system message met between tool calls and their results AFTER the tool messages (OpenAI wants them adjacent)', () => {
+    const p = params({
+      messages: [
+        { role: 'user', content: 'Go' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'call_a', name: 'a', input: {} }] },
+        { role: 'system', content: 'Tool a is slow today.' },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_a', content: 'A result' }, { type: 'text', text: 'Go on.' }] },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'call_b', name: 'b', input: {} }] },
+        { role: 'system', content: 'Last word.' },
+      ],
+    });
+    expect(p.messages).toEqual([
+      { role: 'user', content: 'Go' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'a', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'call_a', content: 'A result' },
+      { role: 'system', content: 'Tool a is slow today.' },
+      { role: 'user', content: 'Go on.' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_b', type: 'function', function: { name: 'b', arguments: '{}' } }] },
+      // Nothing follows: the held message is placed at the end rather than lost.
+      { role: 'system', content: 'Last word.' },
+    ]);
+  });
+
+  it('drops a clear_at:"next_user_message" system message once a later user message exists (Anthropic hides it then)', () => {
+    const p = params({
+      messages: [
+        { role: 'user', content: 'One' },
+        { role: 'system', content: 'Only for turn one.', clear_at: 'next_user_message' },
+        { role: 'assistant', content: 'Reply' },
+        { role: 'system', content: 'Kept.', clear_at: 'never' },
+        { role: 'user', content: 'Two' },
+        { role: 'system', content: 'For turn two.', clear_at: 'next_user_message' },
+      ],
+    });
+    expect(p.messages).toEqual([
+      { role: 'user', content: 'One' },
+      { role: 'assistant', content: 'Reply' },
+      { role: 'system', content: 'Kept.' },
+      { role: 'user', content: 'Two' },
+      { role: 'system', content: 'For turn two.' },
+    ]);
+  });
+
+  it('refuses non-text blocks in a system message, naming where they are', () => {
+    expect(() =>
+      openai({ messages: [{ role: 'user', content: 'Hi' }, { role: 'system', content: [{ type: 'text', text: 'a' }, { type: 'image', source: {} }] }] }),
+    ).toThrowError(new TranslationError('messages.1.content.1: only text blocks are allowed in a system prompt'));
+    expect(() =>
+      openai({ messages: [{ role: 'user', content: 'Hi' }, { role: 'system', content: [{ type: 'tool_addition', tool: { type: 'tool_reference', name: 'x' } }] }] }),
+    ).toThrowError(
+      new TranslationError('messages.1.content.0: mid-conversation tool changes (tool_addition) cannot be sent to OpenAI, which serves this model; use a Claude model for them'),
+    );
+  });
+
+  it.each([
+    ['developer', 'messages.1.role: "developer" cannot be sent to OpenAI, which serves this model; a message\'s role must be "user", "assistant" or "system"'],
+    ['tool', 'messages.1.role: "tool" cannot be sent to OpenAI, which serves this model; a message\'s role must be "user", "assistant" or "system"'],
+    ['', 'messages.1.role: "" cannot be sent to OpenAI, which serves this model; a message\'s role must be "user", "assistant" or "system"'],
+  ])('refuses any other role (%j) with a 400 naming the index and the role', (role, message) => {
+    expect(() => openai({ messages: [{ role: 'user', content: 'Hi' }, { role, content: 'x' }] })).toThrowError(new TranslationError(message));
+  });
+
+  it('names OpenRouter in the refusal when OpenRouter serves the model', () => {
+    expect(() =>
+      translateRequest(body({ messages: [{ role: 'function', content: 'x' }] }), { upstreamModel: 'x/y', dialect: OPENROUTER_DIALECT, stream: false }),
+    ).toThrowError(new TranslationError('messages.0.role: "function" cannot be sent to OpenRouter, which serves this model; a message\'s role must be "user", "assistant" or "system"'));
+  });
+});
+
 describe('translateRequest: tools', () => {
   it('maps input_schema to function.parameters and never leaks type:"custom" or cache_control', () => {
     const schema = { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] };
@@ -265,6 +400,47 @@ describe('translateRequest: tools', () => {
   ])('maps tool_choice %j', (choice, expected) => {
     const p = params({ tools: [{ name: 'search', input_schema: { type: 'object' } }], tool_choice: choice });
     expect({ tool_choice: p.tool_choice, ...(p.parallel_tool_calls !== undefined ? { parallel_tool_calls: p.parallel_tool_calls } : {}) }).toEqual(expected);
+  });
+
+  it('sends a deferred tool only once a tool_reference (tool search answer) has loaded it; the reference becomes a line', () => {
+    // Claude Code's shape: ToolSearch is a custom tool; WebFetch is deferred until ToolSearch answers with a
+    // tool_reference naming it. Names over 64 characters are referred to by the name the upstream knows.
+    const tools = [
+      { name: 'ToolSearch', input_schema: { type: 'object' } },
+      { name: 'WebFetch', input_schema: { type: 'object' }, defer_loading: true },
+      { name: LONG, input_schema: { type: 'object' }, defer_loading: true },
+      { name: 'Cron', input_schema: { type: 'object' }, defer_loading: true },
+    ];
+    const before = params({ tools, tool_choice: { type: 'auto' } });
+    expect(before.tools!.map((t) => (t as { function: { name: string } }).function.name)).toEqual(['ToolSearch']);
+    const after = params({
+      tools,
+      messages: [
+        { role: 'user', content: 'Fetch it' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'call_1', name: 'ToolSearch', input: { query: 'select:WebFetch' } }] },
+        {
+          role: 'user',
+          content: [
+            {
+              type: 'tool_result',
+              tool_use_id: 'call_1',
+              content: [
+                { type: 'tool_reference', tool_name: 'WebFetch' },
+                { type: 'tool_reference', tool_name: LONG, cache_control: { type: 'ephemeral' } },
+              ],
+            },
+          ],
+        },
+      ],
+    });
+    expect(after.tools!.map((t) => (t as { function: { name: string } }).function.name)).toEqual(['ToolSearch', 'WebFetch', shortenToolName(LONG)]);
+    expect(after.messages[2]).toEqual({ role: 'tool', tool_call_id: 'call_1', content: `Tool loaded: WebFetch\nTool loaded: ${shortenToolName(LONG)}` });
+  });
+
+  it('sends no tools (and no tool_choice) when every tool is deferred and none is loaded', () => {
+    const p = params({ tools: [{ name: 'a', input_schema: { type: 'object' }, defer_loading: true }], tool_choice: { type: 'any' } });
+    expect(p).not.toHaveProperty('tools');
+    expect(p).not.toHaveProperty('tool_choice');
   });
 
   it('omits tool_choice when there are no tools (OpenAI refuses it alone)', () => {
@@ -328,6 +504,16 @@ describe('translateRequest: parameters', () => {
     const p = params({ output_config: { effort: 'max', format: { type: 'json_schema', schema } } }, 'gpt-5');
     expect(p.reasoning_effort).toBe('high');
     expect(p.response_format).toEqual({ type: 'json_schema', json_schema: { name: 'output', schema } });
+  });
+
+  it('sends a metadata.user_id over 64 characters as its SHA-256 (upstreams refuse long ids; Claude Code sends ~150)', () => {
+    const claudeCodeId = JSON.stringify({ device_id: 'd'.repeat(64), account_uuid: '', session_id: '9c377142-9156-41af-a026-bbfa403fc5eb' });
+    expect(claudeCodeId.length).toBe(150);
+    const sent = params({ metadata: { user_id: claudeCodeId } }).user;
+    expect(sent).toBe(createHash('sha256').update(claudeCodeId).digest('hex'));
+    expect(sent).toHaveLength(64);
+    expect(params({ metadata: { user_id: 'u'.repeat(64) } }).user).toBe('u'.repeat(64));
+    expect(params({ metadata: { user_id: 'u'.repeat(65) } }).user).toBe(createHash('sha256').update('u'.repeat(65)).digest('hex'));
   });
 
   it('asks for a stream with usage in its last chunk', () => {
