@@ -16,7 +16,8 @@ import { monthOf, windowEnd, windowStart } from './windows.ts';
  * for each meter m of `ai` (microdollars) and `compute` (seconds).
  *
  * Every change is one conditional UpdateItem, so DynamoDB serialises concurrent requests for us:
- *   reserve  admits only while Committed < budget, then adds the worst case  → overshoot ≤ one worst case
+ *   reserve  admits only while Committed + worst case ≤ budget (and something remains), then adds the worst case
+ *            → used + reserved never exceeds the budget, at any concurrency (docs/contract.md)
  *   settle   only while the hold exists, moving it from Reserved to Used      → idempotent
  *   sweep    settles holds past their expiry through the same conditional     → exactly once
  */
@@ -44,6 +45,8 @@ export interface WindowUsage {
   key: WindowRef;
   used: Amounts;
   reserved: Amounts;
+  /** AI spend settled above the reservations' bounds (a provider counted more than the gateway's worst case). */
+  overrun: number;
   openHolds: number;
 }
 
@@ -104,6 +107,7 @@ function toUsage(key: WindowRef, item: Record<string, unknown> | undefined): Win
     key,
     used: { ai: num('aiUsed'), compute: num('computeUsed') },
     reserved: { ai: num('aiReserved'), compute: num('computeReserved') },
+    overrun: num('aiOverrun'),
     openHolds: Object.keys((item?.holds as object | undefined) ?? {}).length,
   };
 }
@@ -124,13 +128,18 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   const key = windowFor(input.caller, now);
   const id = input.reservationId ?? randomUUID();
   const expiresAt = Math.floor(now.getTime() / 1000) + env().RESERVATION_TTL_SECONDS;
-  const conditions = ['attribute_exists(holds)', ...input.enforce.map((m) => `${m}Committed < :${m}Budget`)];
+  // `Committed <= budget − amount` is `Committed + amount <= budget` (a condition cannot add); `Committed < budget`
+  // keeps a zero-cost admission out of a budget with nothing left.
+  const conditions = ['attribute_exists(holds)', ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`)];
   const values: Record<string, unknown> = {
     ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt },
     ':ai': input.amounts.ai,
     ':compute': input.amounts.compute,
   };
-  for (const m of input.enforce) values[`:${m}Budget`] = input.caller.budget[m];
+  for (const m of input.enforce) {
+    values[`:${m}Budget`] = input.caller.budget[m];
+    values[`:${m}Limit`] = input.caller.budget[m] - input.amounts[m];
+  }
 
   // Expired holds are swept only when they stand in the way: the hot path stays one write.
   let swept = false;
@@ -164,7 +173,9 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
         continue;
       }
       const usage = toUsage(key, item);
-      const exhausted = input.enforce.filter((m) => usage.used[m] + usage.reserved[m] >= input.caller.budget[m]);
+      const exhausted = input.enforce.filter(
+        (m) => usage.used[m] + usage.reserved[m] + input.amounts[m] > input.caller.budget[m] || usage.used[m] + usage.reserved[m] >= input.caller.budget[m],
+      );
       return { ok: false, usage, exhausted };
     }
   }
@@ -182,6 +193,8 @@ function expiredHolds(item: Record<string, unknown> | undefined, now: Date): [st
 export interface SettleOutcome {
   /** True when this call settled the reservation; false when it had been settled already (a no-op). */
   settled: boolean;
+  /** Microdollars charged above the reservation (0 when the bound held). */
+  overrun?: number;
   /** The window's counters right after this settle (only when settled). */
   used?: Amounts;
   reserved?: Amounts;
@@ -197,8 +210,9 @@ export async function settle(reservation: Reservation, actual: Amounts): Promise
       new UpdateCommand({
         TableName: table(),
         Key: { pk: reservation.key.pk },
+        // aiOverrun: what a provider billed beyond the reserved bound (docs/contract.md, "Overrun").
         UpdateExpression:
-          'REMOVE holds.#id ADD aiUsed :aiUsed, aiReserved :aiRelease, aiCommitted :aiDelta, computeUsed :cUsed, computeReserved :cRelease, computeCommitted :cDelta',
+          'REMOVE holds.#id ADD aiUsed :aiUsed, aiReserved :aiRelease, aiCommitted :aiDelta, computeUsed :cUsed, computeReserved :cRelease, computeCommitted :cDelta, aiOverrun :aiOver',
         ConditionExpression: 'attribute_exists(holds.#id)',
         ExpressionAttributeNames: { '#id': reservation.id },
         ExpressionAttributeValues: {
@@ -208,12 +222,13 @@ export async function settle(reservation: Reservation, actual: Amounts): Promise
           ':cUsed': actual.compute,
           ':cRelease': -reservation.held.compute,
           ':cDelta': actual.compute - reservation.held.compute,
+          ':aiOver': Math.max(0, actual.ai - reservation.held.ai),
         },
         ReturnValues: 'UPDATED_NEW',
       }),
     );
     const usage = toUsage(reservation.key, out.Attributes);
-    return { settled: true, used: usage.used, reserved: usage.reserved };
+    return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
   } catch (err) {
     if (isConditionFailure(err)) return { settled: false };
     throw err;

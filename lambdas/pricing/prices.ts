@@ -18,6 +18,8 @@ export interface TokenUsage {
   cache_creation_input_tokens?: number | null;
   /** Of the cache writes, how many were 1-hour writes (priced higher where the table says so). */
   cache_creation_1h_input_tokens?: number | null;
+  /** Server-side web searches the provider ran (Anthropic's `usage.server_tool_use.web_search_requests`). */
+  web_search_requests?: number | null;
 }
 
 /** Picodollars per token for each kind of token. */
@@ -35,12 +37,14 @@ export interface ModelPricing {
   source: 'custom' | 'catalog';
   /** Rates that apply at a given total prompt size (some models price long prompts higher). */
   rates(totalInputTokens: number): Rates;
+  /** Fees per server-tool use, in picodollars, where the table prices them (web search today). */
+  fees: { webSearch?: number };
 }
 
 export interface Charge {
   microdollars: number;
   /** tokens × rate for each kind, in picodollars: the trace from tokens to the charge. */
-  picodollars: { input: number; output: number; cacheRead: number; cacheWrite: number };
+  picodollars: { input: number; output: number; cacheRead: number; cacheWrite: number; fees: number };
   rates: Rates;
 }
 
@@ -71,16 +75,19 @@ function fromCustom(model: string, custom: CustomPrice): ModelPricing {
     cacheWrite,
     cacheWrite1h: cacheWrite,
   };
-  return { model, source: 'custom', rates: () => fixed };
+  return { model, source: 'custom', rates: () => fixed, fees: {} };
 }
 
 function fromCatalog(model: string, provider: PriceProvider): ModelPricing | undefined {
   const found = calcPrice({ input_tokens: 0, output_tokens: 0 }, model, { providerId: provider });
   const prices = found?.model_price as Record<string, TablePrice> | undefined;
   if (!prices || prices.input_mtok === undefined || prices.output_mtok === undefined) return undefined;
+  // The table quotes server-tool fees in USD per thousand uses: × 10^9 is picodollars per use.
+  const webSearch = typeof prices.web_searches_kcount === 'number' ? Math.round(prices.web_searches_kcount * 1e9) : undefined;
   return {
     model,
     source: 'catalog',
+    fees: webSearch === undefined ? {} : { webSearch },
     rates(totalInput) {
       const input = tablePriceAt(prices.input_mtok, totalInput)!;
       // A table without cache prices means the provider does not discount or surcharge them: charge as input.
@@ -120,17 +127,10 @@ export function charge(pricing: ModelPricing, usage: TokenUsage): Charge {
     output: output * rates.output,
     cacheRead: cacheRead * rates.cacheRead,
     cacheWrite: (cacheWriteAll - cacheWrite1h) * rates.cacheWrite + cacheWrite1h * rates.cacheWrite1h,
+    fees: count(usage.web_search_requests) * (pricing.fees.webSearch ?? 0),
   };
-  const total = picodollars.input + picodollars.output + picodollars.cacheRead + picodollars.cacheWrite;
+  const total = picodollars.input + picodollars.output + picodollars.cacheRead + picodollars.cacheWrite + picodollars.fees;
   return { microdollars: Math.ceil(total / PICO_PER_USD_PER_MTOK), picodollars, rates };
-}
-
-/**
- * Output tokens of a stream that ended without reporting them: each content delta carries at least one token, and
- * text runs about four characters a token; the larger of the two is charged.
- */
-export function estimateProducedTokens(deltas: number, characters: number): number {
-  return Math.max(deltas, Math.ceil(characters / 4));
 }
 
 /** Microdollars → USD for display (never used for arithmetic). */

@@ -1,13 +1,12 @@
 import type { Caller } from '../auth/claims.ts';
-import { reserve, settle, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
+import { settle, type Reservation } from '../budgets/ledger.ts';
 import { env } from '../config/env.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';
 import { ClientError } from '../http/errors.ts';
 import { accessRecord, type AccessRecord } from '../observability/access-log.ts';
-import { windowEnd } from '../budgets/windows.ts';
 import { logger } from '../observability/logger.ts';
 import { metrics, MetricUnit } from '../observability/metrics.ts';
-import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
+import { charge, type ModelPricing } from '../pricing/prices.ts';
 import { pricingFor } from './model-access.ts';
 import { anthropicApiKey } from '../providers/anthropic/credentials.ts';
 import { anthropicError } from '../providers/errors.ts';
@@ -20,7 +19,8 @@ import { routeModel, type Route } from '../routing/route.ts';
 import { encodeSse } from '../streaming/sse.ts';
 import { authenticate } from './caller.ts';
 import { envelopeResponse } from './errors.ts';
-import { worstCaseMicros } from './estimate.ts';
+import { admit } from './admission.ts';
+import { producedByMessage, trustedAnthropicUsage } from '../metering/usage.ts';
 import { CountTokensBody, describeIssue, MessagesBody } from './schema.ts';
 import { StreamMeter } from './stream-meter.ts';
 
@@ -109,34 +109,15 @@ async function requirePricing(p: Prepared): Promise<ModelPricing> {
   );
 }
 
-/**
- * A refused reservation, said so that clients retry only when waiting can help (docs/contract.md, "Budget
- * refusals"): a spent budget frees up only when the window resets, so `x-should-retry: false` and `retry-after` =
- * seconds to the reset (none for a lifetime window); a budget only held by requests in flight frees up within
- * seconds, so `x-should-retry: true` and `retry-after: 1`.
- */
-function budgetRefusal(caller: Caller, usage: WindowUsage, now: Date): ClientError {
-  const { used, reserved } = usage;
-  const window = `${caller.budget.window} window (started ${usage.key.windowStart})`;
-  if (used.ai >= caller.budget.ai) {
-    const end = windowEnd(caller.budget.window, new Date(usage.key.windowStart));
-    const headers: Record<string, string> = { 'x-should-retry': 'false' };
-    if (end) headers['retry-after'] = String(Math.max(1, Math.ceil((end.getTime() - now.getTime()) / 1000)));
-    const resets = end ? `; it resets at ${end.toISOString()}` : '; a lifetime budget does not reset';
-    return new ClientError(429, 'rate_limited', `AI budget exhausted: ${used.ai} of ${caller.budget.ai} microdollars spent in the current ${window}${resets}`, headers);
-  }
-  return new ClientError(
-    429,
-    'rate_limited',
-    `AI budget fully held by requests in flight: ${used.ai} spent and ${reserved.ai} reserved of ${caller.budget.ai} microdollars in the current ${window}; retry when they finish`,
-    { 'x-should-retry': 'true', 'retry-after': '1' },
-  );
-}
-
 async function settleCharge(reservation: Reservation, microdollars: number, context: Record<string, unknown>) {
   try {
     const outcome = await settle(reservation, { ai: microdollars, compute: 0 });
     metrics.addMetric('SpendMicrodollars', MetricUnit.Count, microdollars);
+    if (outcome.overrun) {
+      // The provider billed more than the bound: the truth is charged, and the estimate error made visible.
+      metrics.addMetric('OverrunMicrodollars', MetricUnit.Count, outcome.overrun);
+      logger.warn('charged above the reservation', { ...context, reservationId: reservation.id, reserved: reservation.held.ai, charged: microdollars, overrun: outcome.overrun });
+    }
     return outcome;
   } catch (err) {
     // The hold stays; it expires and the sweep charges its worst case. Never lose the answer over the ledger.
@@ -146,20 +127,24 @@ async function settleCharge(reservation: Reservation, microdollars: number, cont
   }
 }
 
+/** Header naming the lowered `max_tokens` when a request was clamped to fit the budget (docs/contract.md). */
+export const MAX_TOKENS_HEADER = 'x-gateway-max-tokens';
+
 export async function handleMessages(req: Request): Promise<Response> {
   const prepared = await prepare(req, MessagesBody);
   const { caller, body } = prepared;
   const pricing = await requirePricing(prepared);
-  const worstCase = worstCaseMicros(pricing, body);
-  const now = new Date();
-  const admitted = await reserve({ caller, amounts: { ai: worstCase, compute: 0 }, enforce: ['ai'], now });
-  if (!admitted.ok) throw budgetRefusal(caller, admitted.usage, now);
-  const { reservation } = admitted;
+  const admission = await admit(caller, pricing, body);
+  const { reservation } = admission;
+  // The forwarded body changes only when the gateway bounded it; otherwise the client's bytes go up unchanged.
+  const forwarded: Prepared =
+    admission.body === body ? prepared : { ...prepared, body: admission.body, rawBody: JSON.stringify(admission.body) };
+  const clampHeaders: Record<string, string> = admission.clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(admission.clampedMaxTokens) };
   const abort = new AbortController();
   const started = Date.now();
   let result: ProviderResult;
   try {
-    result = await prepared.provider.send(providerRequest(prepared, req, abort.signal));
+    result = await prepared.provider.send(providerRequest(forwarded, req, abort.signal));
   } catch (err) {
     await settleCharge(reservation, 0, { model: body.model });
     throw err;
@@ -171,26 +156,50 @@ export async function handleMessages(req: Request): Promise<Response> {
 
   if (result.kind === 'error') {
     await settleCharge(reservation, 0, context);
-    return envelopeResponse(result.status, result.body);
+    return envelopeResponse(result.status, result.body, clampHeaders);
   }
 
   if (result.kind === 'message') {
-    const micros = result.reportedCostMicros ?? charge(pricing, usageOf(result.message.usage)).microdollars;
+    const trusted = trustedAnthropicUsage(result.message.usage);
+    if (!trusted) untrustedUsage(context, 'message');
+    const tokens = trusted ?? {
+      input_tokens: admission.worstCase.inputTokens,
+      output_tokens: producedByMessage(result.message.content),
+    };
+    const micros = reportedCost(result.reportedCostMicros, context) ?? charge(pricing, tokens).microdollars;
     const outcome = await settleCharge(reservation, micros, context);
     log.costMicrodollars = micros;
-    const headers: Record<string, string> = { [COST_HEADER]: String(micros) };
+    const headers: Record<string, string> = { ...clampHeaders, [COST_HEADER]: String(micros) };
     if (outcome?.used) headers[REMAINING_HEADER] = String(Math.max(0, caller.budget.ai - outcome.used.ai - (outcome.reserved?.ai ?? 0)));
     return Response.json(result.message, { headers });
   }
 
-  return new Response(meteredStream(result, pricing, reservation, abort, context, log), {
-    headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' },
+  const charged = (meter: StreamMeter) => {
+    if (meter.estimated) untrustedUsage(context, 'stream');
+    return reportedCost(result.reportedCostMicros?.(), context) ?? charge(pricing, meter.tokens(admission.worstCase.inputTokens)).microdollars;
+  };
+  return new Response(meteredStream(result, charged, reservation, abort, context, log), {
+    headers: { ...clampHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' },
   });
 }
 
-function usageOf(u: TokenUsage & { cache_creation?: { ephemeral_1h_input_tokens?: number } | null }): TokenUsage {
-  return { ...u, cache_creation_1h_input_tokens: u.cache_creation?.ephemeral_1h_input_tokens ?? 0 };
+/** An answer whose usage could not be trusted is charged from the gateway's own count: say so, once per answer. */
+function untrustedUsage(context: Record<string, unknown>, kind: 'message' | 'stream'): void {
+  metrics.addMetric('UsageEstimated', MetricUnit.Count, 1);
+  logger.warn('upstream usage missing or implausible; charged from the gateway count', { ...context, kind });
 }
+
+/** A cost the upstream reported itself (OpenRouter), used only when it is a plausible whole number of microdollars. */
+function reportedCost(micros: number | undefined, context: Record<string, unknown>): number | undefined {
+  if (micros === undefined) return undefined;
+  if (Number.isSafeInteger(micros) && micros >= 0 && micros <= MAX_PLAUSIBLE_COST_MICROS) return micros;
+  untrustedUsage(context, 'message');
+  return undefined;
+}
+
+/** No single request can cost more than this ($10,000): a larger reported cost is a broken upstream. */
+const MAX_PLAUSIBLE_COST_MICROS = 10_000_000_000;
+
 
 /**
  * Settlements of streams still being written to the ledger. An invocation must not end with any: Lambda may freeze
@@ -216,7 +225,7 @@ export function unsettledStreams(): number {
  */
 function meteredStream(
   result: Extract<ProviderResult, { kind: 'stream' }>,
-  pricing: ModelPricing,
+  charged: (meter: StreamMeter) => number,
   reservation: Reservation,
   abort: AbortController,
   context: Record<string, unknown>,
@@ -228,7 +237,7 @@ function meteredStream(
   const finish = () => {
     if (!settled) {
       meter.end();
-      const micros = result.reportedCostMicros?.() ?? charge(pricing, meter.tokens()).microdollars;
+      const micros = charged(meter);
       log.costMicrodollars = micros;
       const pending = settleCharge(reservation, micros, context).finally(() => settling.delete(pending));
       settling.add(pending);

@@ -1,19 +1,24 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import { estimateProducedTokens, type TokenUsage } from '../pricing/prices.ts';
+import { estimateProducedTokens, plausibleCount, trustedAnthropicUsage } from '../metering/usage.ts';
+import type { TokenUsage } from '../pricing/prices.ts';
 import { SseDecoder } from '../streaming/sse.ts';
 
 /**
  * Watches Anthropic SSE bytes as they pass and keeps the usage they report: `message_start` carries the input side,
- * `message_delta` the final output count. A stream cut short never sends the final count, so the meter also counts
- * what was produced (`estimateProducedTokens`); the larger of that and any reported figure is charged.
+ * `message_delta` the final output count (and server-tool uses). Nothing reported is taken blindly
+ * (metering/usage.ts): an implausible usage object is ignored; input never reported is charged at the gateway's
+ * own input bound; output is the final count when one arrived and is at least the number of content deltas
+ * delivered (each carries a token), otherwise what was produced (`estimateProducedTokens`).
  */
 export class StreamMeter {
   private readonly decoder = new SseDecoder();
-  private usage: TokenUsage = { input_tokens: 0, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
+  private usage: TokenUsage = { input_tokens: 0, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0, web_search_requests: 0 };
+  private inputSeen = false;
+  private outputSeen = false;
   private deltas = 0;
   private producedChars = 0;
-  /** True once `message_delta` (with the final usage) arrived. */
-  finalUsageSeen = false;
+  /** An usage figure was present but not believable. */
+  implausible = false;
   stopSeen = false;
   errorSeen = false;
 
@@ -34,15 +39,14 @@ export class StreamMeter {
     }
     switch (event.type) {
       case 'message_start':
-        this.merge(event.message.usage);
+        this.merge(event.message?.usage, 'start');
         break;
       case 'message_delta':
-        this.merge(event.usage as Partial<Anthropic.Usage>);
-        this.finalUsageSeen = true;
+        this.merge(event.usage, 'delta');
         break;
       case 'content_block_delta': {
         this.deltas++;
-        const d = event.delta as { text?: string; thinking?: string; partial_json?: string };
+        const d = (event.delta ?? {}) as { text?: string; thinking?: string; partial_json?: string };
         this.producedChars += (d.text ?? d.thinking ?? d.partial_json ?? '').length;
         break;
       }
@@ -55,20 +59,44 @@ export class StreamMeter {
     }
   }
 
-  private merge(u: Partial<Anthropic.Usage> | undefined): void {
-    if (!u) return;
-    if (typeof u.input_tokens === 'number') this.usage.input_tokens = u.input_tokens;
-    if (typeof u.output_tokens === 'number') this.usage.output_tokens = u.output_tokens;
-    if (typeof u.cache_read_input_tokens === 'number') this.usage.cache_read_input_tokens = u.cache_read_input_tokens;
-    if (typeof u.cache_creation_input_tokens === 'number') this.usage.cache_creation_input_tokens = u.cache_creation_input_tokens;
-    const oneHour = (u as { cache_creation?: { ephemeral_1h_input_tokens?: number } }).cache_creation?.ephemeral_1h_input_tokens;
-    if (typeof oneHour === 'number') this.usage.cache_creation_1h_input_tokens = oneHour;
+  /**
+   * message_start's usage has every field; message_delta's may carry only some (cumulative). A field is taken only
+   * when plausible; an implausible one is noted and left out.
+   */
+  private merge(raw: unknown, phase: 'start' | 'delta'): void {
+    if (!raw || typeof raw !== 'object') return;
+    const u = raw as Record<string, unknown>;
+    // Filling the required fields lets the one trust rule (metering/usage.ts) judge the optional ones too.
+    const trusted = trustedAnthropicUsage({ input_tokens: 0, output_tokens: 0, ...u });
+    const fields = ['input_tokens', 'output_tokens', 'cache_read_input_tokens', 'cache_creation_input_tokens'] as const;
+    if (!trusted || fields.some((f) => u[f] !== undefined && u[f] !== null && !plausibleCount(u[f]))) {
+      this.implausible = true;
+      return;
+    }
+    if (plausibleCount(u.input_tokens)) {
+      this.usage.input_tokens = u.input_tokens;
+      this.inputSeen = true;
+    }
+    if (plausibleCount(u.output_tokens)) {
+      // message_start's count is what was produced so far; only message_delta's is the final one.
+      this.usage.output_tokens = u.output_tokens;
+      if (phase === 'delta') this.outputSeen = true;
+    }
+    if (plausibleCount(u.cache_read_input_tokens)) this.usage.cache_read_input_tokens = u.cache_read_input_tokens;
+    if (plausibleCount(u.cache_creation_input_tokens)) this.usage.cache_creation_input_tokens = u.cache_creation_input_tokens;
+    if (u.cache_creation !== undefined && u.cache_creation !== null) this.usage.cache_creation_1h_input_tokens = trusted.cache_creation_1h_input_tokens;
+    if (u.server_tool_use !== undefined && u.server_tool_use !== null) this.usage.web_search_requests = trusted.web_search_requests;
   }
 
-  /** Usage to charge: as reported when the stream completed, else at least what was produced. */
-  tokens(): TokenUsage {
-    if (this.finalUsageSeen) return { ...this.usage };
+  /** True when the charge leans on the gateway's own count: input never reported, or a figure was implausible. */
+  get estimated(): boolean {
+    return !this.inputSeen || this.implausible || !this.outputSeen || this.usage.output_tokens < this.deltas;
+  }
+
+  /** Usage to charge; `inputBound` stands in for an input count the stream never reported. */
+  tokens(inputBound: number): TokenUsage {
     const produced = estimateProducedTokens(this.deltas, this.producedChars);
-    return { ...this.usage, output_tokens: Math.max(this.usage.output_tokens, produced) };
+    const output = this.outputSeen && this.usage.output_tokens >= this.deltas ? this.usage.output_tokens : Math.max(this.usage.output_tokens, produced);
+    return { ...this.usage, input_tokens: this.inputSeen ? this.usage.input_tokens : inputBound, output_tokens: output };
   }
 }

@@ -8,7 +8,7 @@ export interface UsageReport {
   window: Caller['budget']['window'];
   window_start: string;
   allowed: boolean;
-  ai: MeterReport;
+  ai: AiMeterReport;
   compute: MeterReport;
 }
 
@@ -19,6 +19,11 @@ interface MeterReport {
   reserved: number;
 }
 
+/** The AI meter also reports `overrun`: spend settled above the reservations' bounds (docs/contract.md). */
+interface AiMeterReport extends MeterReport {
+  overrun: number;
+}
+
 export async function usageReport(caller: Caller, now = new Date()): Promise<UsageReport> {
   const usage = await readUsage(caller, now);
   const meter = (m: 'ai' | 'compute'): MeterReport => ({
@@ -27,7 +32,7 @@ export async function usageReport(caller: Caller, now = new Date()): Promise<Usa
     budget: caller.budget[m],
     reserved: usage.reserved[m],
   });
-  const ai = meter('ai');
+  const ai = { ...meter('ai'), overrun: usage.overrun };
   const compute = meter('compute');
   return {
     user_id: caller.userId,

@@ -52,46 +52,50 @@ describe('windowFor', () => {
 });
 
 describe('reserve under concurrency (DESIGN §3 promise)', () => {
-  it('200 parallel reservations of 7 µ$ against 500 µ$ admit exactly ceil(500/7) = 72, then settle exactly', async () => {
+  it('200 parallel reservations of 7 µ$ against 500 µ$ admit exactly floor(500/7) = 71, then settle exactly', async () => {
     const c = caller({ ai: 500 });
     const results = await Promise.all(Array.from({ length: 200 }, () => reserve({ caller: c, amounts: { ai: 7, compute: 0 }, enforce: ['ai'] })));
     const admitted = results.filter((r) => r.ok).map((r) => (r as { reservation: Reservation }).reservation);
     const refused = results.filter((r) => !r.ok);
 
-    // admitted only while used + reserved < budget: 71 × 7 = 497 < 500 admits the 72nd, 72 × 7 = 504 stops the 73rd
-    expect(admitted.length).toBe(Math.ceil(500 / 7));
-    expect(admitted.length).toBe(72);
-    expect(admitted.length * 7).toBeLessThanOrEqual(500 + 7);
-    expect(refused.length).toBe(128);
-    expect(new Set(admitted.map((r) => r.id)).size).toBe(72);
+    // admitted only while used + reserved + 7 ≤ budget: 70 × 7 = 490 admits the 71st (497), which stops the 72nd (504)
+    expect(admitted.length).toBe(Math.floor(500 / 7));
+    expect(admitted.length).toBe(71);
+    expect(admitted.length * 7).toBeLessThanOrEqual(500);
+    expect(refused.length).toBe(129);
+    expect(new Set(admitted.map((r) => r.id)).size).toBe(71);
     for (const r of refused) {
       if (r.ok) continue;
       expect(r.exhausted).toEqual(['ai']);
-      expect(r.usage.used.ai + r.usage.reserved.ai).toBeGreaterThanOrEqual(500);
+      expect(r.usage.used.ai + r.usage.reserved.ai + 7).toBeGreaterThan(500);
     }
 
     const during = await readUsage(c);
     expect(during.used).toEqual({ ai: 0, compute: 0 });
-    expect(during.reserved).toEqual({ ai: 504, compute: 0 });
-    expect(during.openHolds).toBe(72);
+    expect(during.reserved).toEqual({ ai: 497, compute: 0 });
+    expect(during.openHolds).toBe(71);
 
     // settle every one at a smaller actual cost, concurrently too
     const outcomes = await Promise.all(admitted.map((r) => settle(r, { ai: 3, compute: 0 })));
     expect(outcomes.every((o) => o.settled)).toBe(true);
     const after = await readUsage(c);
-    expect(after.used).toEqual({ ai: 72 * 3, compute: 0 });
+    expect(after.used).toEqual({ ai: 71 * 3, compute: 0 });
     expect(after.reserved).toEqual({ ai: 0, compute: 0 });
     expect(after.openHolds).toBe(0);
 
-    // the freed headroom admits again: 216 + 41 × 7 = 503 ≥ 500 after 41 more (216 + 40 × 7 = 496 < 500)
+    // the freed headroom admits again: 213 + 41 × 7 = 500 fits exactly, a 42nd would not
     const second = await Promise.all(Array.from({ length: 60 }, () => reserve({ caller: c, amounts: { ai: 7, compute: 0 }, enforce: ['ai'] })));
     expect(second.filter((r) => r.ok).length).toBe(41);
+    expect((await readUsage(c)).reserved.ai + (await readUsage(c)).used.ai).toBe(500);
   });
 
-  it('a worst case bigger than the whole budget is still admitted once on an empty window (overshoot ≤ one request)', async () => {
+  it('a worst case bigger than the whole budget is never admitted, not even on an empty window (the hard cap)', async () => {
     const c = caller({ ai: 10 });
-    const results = await Promise.all(Array.from({ length: 20 }, () => reserve({ caller: c, amounts: { ai: 1000, compute: 0 }, enforce: ['ai'] })));
-    expect(results.filter((r) => r.ok).length).toBe(1);
+    const results = await Promise.all(Array.from({ length: 20 }, () => reserve({ caller: c, amounts: { ai: 11, compute: 0 }, enforce: ['ai'] })));
+    expect(results.filter((r) => r.ok).length).toBe(0);
+    // exactly the whole budget fits once
+    const exact = await Promise.all(Array.from({ length: 20 }, () => reserve({ caller: c, amounts: { ai: 10, compute: 0 }, enforce: ['ai'] })));
+    expect(exact.filter((r) => r.ok).length).toBe(1);
   });
 
   it('a zero budget admits nothing', async () => {
@@ -111,12 +115,15 @@ describe('reserve under concurrency (DESIGN §3 promise)', () => {
 describe('settle', () => {
   it('is idempotent: a second settle returns {settled:false} and changes nothing', async () => {
     const c = caller({ ai: 1000, compute: 100 });
+    const startedAt = Math.floor(Date.now() / 1000);
     const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 400, compute: 30 }, enforce: ['ai', 'compute'] }));
     expect(r.held).toEqual({ ai: 400, compute: 30 });
-    expect(r.expiresAt).toBe(Math.floor(Date.now() / 1000) + env().RESERVATION_TTL_SECONDS);
+    // (the second may tick between the two clocks)
+    expect(r.expiresAt).toBeGreaterThanOrEqual(startedAt + env().RESERVATION_TTL_SECONDS);
+    expect(r.expiresAt).toBeLessThanOrEqual(Math.floor(Date.now() / 1000) + env().RESERVATION_TTL_SECONDS);
 
     const first = await settle(r, { ai: 123, compute: 7 });
-    expect(first).toEqual({ settled: true, used: { ai: 123, compute: 7 }, reserved: { ai: 0, compute: 0 } });
+    expect(first).toEqual({ settled: true, used: { ai: 123, compute: 7 }, reserved: { ai: 0, compute: 0 }, overrun: 0 });
     const before = await readUsage(c);
 
     expect(await settle(r, { ai: 123, compute: 7 })).toEqual({ settled: false });
@@ -135,12 +142,19 @@ describe('settle', () => {
     expect((await readUsage(c)).used.ai).toBe(20);
   });
 
-  it('an actual cost above the hold is charged in full (the overshoot the bound allows)', async () => {
+  it('an actual cost above the hold is charged in full, and the excess recorded as overrun', async () => {
     const c = caller({ ai: 100 });
     const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 60, compute: 0 }, enforce: ['ai'] }));
-    expect(await settle(r, { ai: 150, compute: 0 })).toEqual({ settled: true, used: { ai: 150, compute: 0 }, reserved: { ai: 0, compute: 0 } });
+    expect(await settle(r, { ai: 150, compute: 0 })).toEqual({ settled: true, used: { ai: 150, compute: 0 }, reserved: { ai: 0, compute: 0 }, overrun: 90 });
     const refused = await reserve({ caller: c, amounts: { ai: 1, compute: 0 }, enforce: ['ai'] });
     expect(refused.ok).toBe(false);
+    const usage = await readUsage(c);
+    expect(usage.overrun).toBe(90);
+    // a settle within the bound adds nothing to it
+    const c2 = caller({ ai: 100 });
+    const within = expectAdmitted(await reserve({ caller: c2, amounts: { ai: 60, compute: 0 }, enforce: ['ai'] }));
+    await settle(within, { ai: 60, compute: 0 });
+    expect((await readUsage(c2)).overrun).toBe(0);
   });
 
   it('refuses a bad actual amount', async () => {
@@ -213,12 +227,14 @@ describe('refusal', () => {
     expect(refused.usage.openHolds).toBe(1);
     expect(refused.usage.key).toEqual(r.key);
 
-    // settling below the budget frees room again
+    // settling below the budget frees room again, for what fits in it and no more
     await settle(r, { ai: 4, compute: 0 });
-    expectAdmitted(await reserve({ caller: c, amounts: { ai: 100, compute: 0 }, enforce: ['ai'] }));
+    const tooBig = await reserve({ caller: c, amounts: { ai: 7, compute: 0 }, enforce: ['ai'] });
+    expect(tooBig.ok === false && tooBig.exhausted).toEqual(['ai']);
+    expectAdmitted(await reserve({ caller: c, amounts: { ai: 6, compute: 0 }, enforce: ['ai'] }));
     const again = await reserve({ caller: c, amounts: { ai: 1, compute: 0 }, enforce: ['ai'] });
     expect(again.ok).toBe(false);
-    if (!again.ok) expect(again.usage.used.ai + again.usage.reserved.ai).toBe(104);
+    if (!again.ok) expect(again.usage.used.ai + again.usage.reserved.ai).toBe(10);
   });
 
   it('an expired hold in the way is swept during the refused admission: figures honest, hold charged once', async () => {
@@ -283,10 +299,10 @@ describe('compute meter', () => {
     expect(both.ok === false && both.exhausted).toEqual(['ai', 'compute']);
   });
 
-  it('200 parallel compute reservations admit exactly ceil(budget / worst case)', async () => {
+  it('200 parallel compute reservations admit exactly floor(budget / worst case)', async () => {
     const c = caller({ compute: 100 });
     const results = await Promise.all(Array.from({ length: 200 }, () => reserve({ caller: c, amounts: { ai: 0, compute: 3 }, enforce: ['compute'] })));
-    expect(results.filter((r) => r.ok).length).toBe(34); // 33 × 3 = 99 < 100 admits the 34th
+    expect(results.filter((r) => r.ok).length).toBe(33); // 33 × 3 = 99 ≤ 100; a 34th would make 102
   });
 });
 

@@ -37,6 +37,7 @@ describe('catalog prices', () => {
       output: 500 * 15_000_000,
       cacheRead: 2000 * 300_000,
       cacheWrite: 3000 * 3_750_000 + 1000 * 6_000_000,
+      fees: 0,
     });
     // $0.003 + $0.0075 + $0.0006 + $0.01125 + $0.006
     expect(c.microdollars).toBe(28_350);
@@ -60,7 +61,7 @@ describe('catalog prices', () => {
     expect(p.source).toBe('catalog');
     expect(p.rates(0)).toEqual({ input: 2_500_000, output: 10_000_000, cacheRead: 1_250_000, cacheWrite: 2_500_000, cacheWrite1h: 2_500_000 });
     const c = charge(p, { input_tokens: 1000, output_tokens: 100, cache_read_input_tokens: 400 });
-    expect(c.picodollars).toEqual({ input: 2_500_000_000, output: 1_000_000_000, cacheRead: 500_000_000, cacheWrite: 0 });
+    expect(c.picodollars).toEqual({ input: 2_500_000_000, output: 1_000_000_000, cacheRead: 500_000_000, cacheWrite: 0, fees: 0 });
     expect(c.microdollars).toBe(4_000);
   });
 
@@ -146,7 +147,7 @@ describe('rounding: integer picodollars, rounded up once to whole microdollars',
     // 0.1 + 0.2 µ$ per token, 10 tokens each: exactly 3 µ$
     const p = custom(0.1, 0.2);
     expect(charge(p, { input_tokens: 10, output_tokens: 10 }).microdollars).toBe(3);
-    expect(charge(p, { input_tokens: 10, output_tokens: 10 }).picodollars).toEqual({ input: 1_000_000, output: 2_000_000, cacheRead: 0, cacheWrite: 0 });
+    expect(charge(p, { input_tokens: 10, output_tokens: 10 }).picodollars).toEqual({ input: 1_000_000, output: 2_000_000, cacheRead: 0, cacheWrite: 0, fees: 0 });
   });
 
   it('fractions of several kinds are summed before the single round-up', () => {
@@ -171,5 +172,21 @@ describe('rounding: integer picodollars, rounded up once to whole microdollars',
     const c = charge(p, { input_tokens: 123_456_789, output_tokens: 98_765_432 });
     expect(c.microdollars).toBe(123_456_789 * 3 + 98_765_432 * 15);
     expect(Number.isSafeInteger(c.picodollars.input + c.picodollars.output)).toBe(true);
+  });
+});
+
+describe('server-tool fees', () => {
+  it('web searches are charged at the table\'s price per thousand (claude-sonnet-4-5: $10 per 1,000 = 10,000 µ$ each)', () => {
+    const p = priceFor('claude-sonnet-4-5', 'anthropic')!;
+    expect(p.fees.webSearch).toBe(10_000_000_000);
+    const c = charge(p, { input_tokens: 100, output_tokens: 10, web_search_requests: 25 });
+    expect(c.picodollars.fees).toBe(25 * 10_000_000_000);
+    expect(c.microdollars).toBe(100 * 3 + 10 * 15 + 25 * 10_000);
+  });
+
+  it('custom prices carry no fees, and a search without a price is not charged', () => {
+    const p = priceFor('house', 'openrouter', { house: { inputUsdPerMtok: 1, outputUsdPerMtok: 2 } })!;
+    expect(p.fees).toEqual({});
+    expect(charge(p, { input_tokens: 1_000_000, output_tokens: 0, web_search_requests: 3 }).microdollars).toBe(1_000_000);
   });
 });

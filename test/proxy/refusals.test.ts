@@ -33,17 +33,15 @@ function countingClient(token: string) {
 const params = { model: 'claude-sonnet-4-6', max_tokens: 16, messages: [{ role: 'user' as const, content: 'hi [[words:3]]' }] };
 
 describe('budget refusals', () => {
-  it('a spent budget: one HTTP call, x-should-retry false, retry-after = seconds to the window reset', async () => {
+  it('a budget that cannot pay for the request: one HTTP call, x-should-retry false, retry-after = seconds to the window reset', async () => {
     const { client, calls } = countingClient(await gw.token({ user: 'spent', budget: { ai: 1, window: 'hour' } }));
-    await client.messages.create(params); // admitted (nothing used yet) and costs more than 1 µ$
-    calls.length = 0;
     const err = await client.messages.create(params).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.RateLimitError);
     expect(calls).toHaveLength(1);
     const secondsToHour = 3600 - Math.floor((Date.now() / 1000) % 3600);
     expect(calls[0]!.shouldRetry).toBe('false');
     expect(Math.abs(Number(calls[0]!.retryAfter) - secondsToHour)).toBeLessThanOrEqual(2);
-    expect((err as Error).message).toMatch(/AI budget exhausted: \d+ of 1 microdollars spent in the current hour window .*; it resets at /);
+    expect((err as Error).message).toMatch(/AI budget too low for this request: 1 of 1 microdollars remain in the current hour window .*; it resets at /);
   });
 
   it('a spent lifetime budget: no retry-after, since it never resets', async () => {

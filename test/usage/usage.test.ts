@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import Anthropic from '@anthropic-ai/sdk';
+import Anthropic, { type APIError } from '@anthropic-ai/sdk';
+import { reserve, settle } from '../../lambdas/budgets/ledger.ts';
 import { windowEnd, windowStart } from '../../lambdas/budgets/windows.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
@@ -30,7 +31,7 @@ describe('GET /usage', () => {
       window: 'day',
       window_start: dayStart,
       allowed: true,
-      ai: { used: 0, remaining: 1_000_000, budget: 1_000_000, reserved: 0 },
+      ai: { used: 0, remaining: 1_000_000, budget: 1_000_000, reserved: 0, overrun: 0 },
       compute: { used: 0, remaining: 600, budget: 600, reserved: 0 },
     });
     expect(Object.keys(before.body)).toEqual(['user_id', 'issuer_id', 'window', 'window_start', 'allowed', 'ai', 'compute']);
@@ -56,7 +57,7 @@ describe('GET /usage', () => {
       window: 'day',
       window_start: dayStart,
       allowed: true,
-      ai: { used: cost, remaining: 1_000_000 - cost, budget: 1_000_000, reserved: 0 },
+      ai: { used: cost, remaining: 1_000_000 - cost, budget: 1_000_000, reserved: 0, overrun: 0 },
       compute: { used: 0, remaining: 600, budget: 600, reserved: 0 },
     });
   });
@@ -75,7 +76,7 @@ describe('GET /usage', () => {
     const { body } = await getUsage(token);
     expect(body.window).toBe('hour');
     expect(body.window_start).toBe(windowStart('hour', new Date()).toISOString());
-    expect(body.ai).toEqual({ used: cost, remaining: 1_000_000 - cost, budget: 1_000_000, reserved: 0 });
+    expect(body.ai).toEqual({ used: cost, remaining: 1_000_000 - cost, budget: 1_000_000, reserved: 0, overrun: 0 });
   });
 
   it('users, windows and budgets are separate', async () => {
@@ -88,43 +89,54 @@ describe('GET /usage', () => {
     expect(lifetime.body).toMatchObject({ window: 'lifetime', window_start: '1970-01-01T00:00:00.000Z' });
   });
 
-  it('allowed:false once the AI budget is spent, and the proxy refuses with 429', async () => {
-    // a 5 µ$ budget: the first request is admitted (nothing used yet) and costs more than the whole budget
+  it('a budget too small for any answer: 429 without retry, nothing charged, allowed stays true while something remains', async () => {
     const token = await gw.token({ user: 'dave', budget: { ai: 5, compute: 600, window: 'day' } });
-    const client = gw.client(token);
-    const message = await client.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: 'hi [[words:2]]' }] });
-    const cost = message.usage.input_tokens * 3 + message.usage.output_tokens * 15;
-    expect(cost).toBeGreaterThan(5);
+    const err = await gw
+      .client(token)
+      .messages.create({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: 'hi [[words:2]]' }] })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Anthropic.RateLimitError);
+    const apiErr = err as InstanceType<typeof Anthropic.RateLimitError>;
+    const dayStart = windowStart('day', new Date()).toISOString();
+    const reset = windowEnd('day', new Date(dayStart))!;
+    expect((apiErr.error as { error: { message: string } }).error.message).toMatch(
+      new RegExp(`^AI budget too low for this request: 5 of 5 microdollars remain in the current day window \\(started ${dayStart.replace(/\./g, '\\.')}\\), and even its smallest form costs up to \\d+; it resets at ${reset.toISOString().replace(/\./g, '\\.')}$`),
+    );
+    // waiting will not help before the window resets: clients are told not to retry, and when the budget comes back
+    expect(apiErr.headers?.get('x-should-retry')).toBe('false');
+    const resetIn = (reset.getTime() - Date.now()) / 1000;
+    expect(Number(apiErr.headers?.get('retry-after'))).toBeGreaterThanOrEqual(Math.floor(resetIn) - 5);
+    expect(Number(apiErr.headers?.get('retry-after'))).toBeLessThanOrEqual(Math.ceil(resetIn) + 1);
+    const { body } = await getUsage(token);
+    expect(body).toMatchObject({ allowed: true, ai: { used: 0, remaining: 5, budget: 5, reserved: 0, overrun: 0 } });
+  });
 
+  it('allowed:false once the AI budget is spent to the microdollar, and the proxy refuses with 429', async () => {
+    const budget = { ai: 5, compute: 600, window: 'day' as const };
+    const token = await gw.token({ user: 'dora', budget });
+    const held = await reserve({ caller: { projectId: gw.projectId, userId: 'dora', budget }, amounts: { ai: 5, compute: 0 }, enforce: ['ai'] });
+    await settle((held as { reservation: Parameters<typeof settle>[0] }).reservation, { ai: 5, compute: 0 });
     const { status, body } = await getUsage(token);
     expect(status).toBe(200);
     expect(body).toEqual({
-      user_id: 'dave',
+      user_id: 'dora',
       issuer_id: gw.projectId,
       window: 'day',
       window_start: windowStart('day', new Date()).toISOString(),
       allowed: false,
-      ai: { used: cost, remaining: 0, budget: 5, reserved: 0 },
+      ai: { used: 5, remaining: 0, budget: 5, reserved: 0, overrun: 0 },
       compute: { used: 0, remaining: 600, budget: 600, reserved: 0 },
     });
-
-    const err = await client.messages
-      .create({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: 'again' }] })
+    const err = await gw
+      .client(token)
+      .messages.create({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: 'again' }] })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.RateLimitError);
-    const apiErr = err as InstanceType<typeof Anthropic.RateLimitError>;
-    expect(apiErr.status).toBe(429);
-    expect((apiErr.error as { error: { type: string; message: string } }).error).toEqual({
+    expect(((err as APIError).error as { error: { type: string; message: string } }).error).toEqual({
       type: 'rate_limit_error',
-      message: `AI budget exhausted: ${cost} of 5 microdollars spent in the current day window (started ${body.window_start as string}); it resets at ${windowEnd('day', new Date(body.window_start as string))!.toISOString()}`,
+      message: `AI budget exhausted: 5 of 5 microdollars spent in the current day window (started ${body.window_start as string}); it resets at ${windowEnd('day', new Date(body.window_start as string))!.toISOString()}`,
     });
-    // waiting will not help before the window resets: clients are told not to retry, and when the budget comes back
-    expect(apiErr.headers?.get('x-should-retry')).toBe('false');
-    const resetIn = (windowEnd('day', new Date(body.window_start as string))!.getTime() - Date.now()) / 1000;
-    expect(Number(apiErr.headers?.get('retry-after'))).toBeGreaterThanOrEqual(Math.floor(resetIn) - 5);
-    expect(Number(apiErr.headers?.get('retry-after'))).toBeLessThanOrEqual(Math.ceil(resetIn) + 1);
-    // the refusal charged nothing
-    expect(((await getUsage(token)).body.ai as { used: number }).used).toBe(cost);
+    expect(((await getUsage(token)).body.ai as { used: number }).used).toBe(5);
   });
 
   it('allowed:false when the compute budget is zero', async () => {

@@ -1,5 +1,5 @@
 import type OpenAI from 'openai';
-import { estimateProducedTokens } from '../../pricing/prices.ts';
+import { estimateProducedTokens } from '../../metering/usage.ts';
 import { readWithin } from '../../streaming/idle-timeout.ts';
 import { encodeSse } from '../../streaming/sse.ts';
 import { PROVIDER_LABELS, type AnthropicErrorBody } from '../types.ts';
