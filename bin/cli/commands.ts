@@ -14,6 +14,7 @@ import {
   setModelPricing,
   setProviderKey,
 } from '../../lambdas/registry/registry.ts';
+import type { Target } from './target.ts';
 
 /** A command's result: `data` for --json, `text` for people. */
 export interface Output {
@@ -22,6 +23,40 @@ export interface Output {
 }
 
 type Flags = Record<string, string | undefined>;
+
+/**
+ * What a command gets besides its flags. A command checks its flags first and only then connects, so a wrong
+ * invocation is reported as such even when no gateway is running. The target tells when a change reaches gateways.
+ */
+export interface CommandContext {
+  connect(): Promise<Pick<Target, 'kind' | 'secretCacheSeconds'>>;
+}
+
+export interface Command {
+  usage: string;
+  summary: string;
+  run(flags: Flags, ctx: CommandContext): Promise<Output>;
+}
+
+/**
+ * When a registry change is seen by running gateways. Each instance trusts a project record for
+ * SECRET_CACHE_SECONDS, except where the cached record would refuse a request: a token whose signature does not
+ * match the cached secret, a provider key or a model price the record lacks. Then the gateway re-reads the project
+ * at once (lambdas/registry/project-cache.ts, at most once a second per project), so those changes need no wait.
+ */
+function takesEffect(target: Pick<Target, 'kind' | 'secretCacheSeconds'>, change: 'secret' | 'provider-key' | 'pricing'): { seconds: number; text: string } {
+  const s = target.secretCacheSeconds;
+  if (target.kind === 'local') return { seconds: s, text: `The local gateway picks up the change within ${s} s.` };
+  const within = `Running gateway instances pick up the change within ${s} s (SECRET_CACHE_SECONDS)`;
+  switch (change) {
+    case 'secret':
+      return { seconds: s, text: `${within}; a token signed with the new secret makes an instance re-read the project at once, so new tokens work immediately, while tokens signed with the old secret keep working for up to ${s} s.` };
+    case 'provider-key':
+      return { seconds: s, text: `${within}; if the project had no key for this provider, the first request that needs one makes an instance re-read the project at once.` };
+    case 'pricing':
+      return { seconds: s, text: `${within}; if the model had no price for this project, the first request for it makes an instance re-read the project at once.` };
+  }
+}
 
 const count = (name: string) => z.coerce.number({ error: `--${name} must be a number` }).int(`--${name} must be a whole number`).nonnegative(`--${name} must not be negative`);
 const usd = (name: string) => z.coerce.number({ error: `--${name} must be a number` }).nonnegative(`--${name} must not be negative`).finite();
@@ -44,11 +79,13 @@ async function requireProject(id: string) {
   return project;
 }
 
-export const COMMANDS: Record<string, { usage: string; run(flags: Flags): Promise<Output> }> = {
+export const COMMANDS: Record<string, Command> = {
   'developer create': {
     usage: 'developer create --id ID --plan-seconds N [--pool-seconds N]',
-    async run(flags) {
+    summary: 'register a developer with a monthly plan of compute seconds (and an optional pool on top)',
+    async run(flags, ctx) {
       const o = parse({ id: required('id', Identifier), 'plan-seconds': required('plan-seconds', count('plan-seconds')), 'pool-seconds': count('pool-seconds').optional() }, flags);
+      await ctx.connect();
       const dev = await createDeveloper({ developerId: o.id, planSeconds: o['plan-seconds'], poolSeconds: o['pool-seconds'] });
       const tier = tierFor(dev.planSeconds);
       return { data: { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency }, text: `Created developer ${dev.developerId} (${tier.name} tier, ${tier.maxConcurrency} concurrent runs)` };
@@ -56,8 +93,10 @@ export const COMMANDS: Record<string, { usage: string; run(flags: Flags): Promis
   },
   'developer show': {
     usage: 'developer show --id ID',
-    async run(flags) {
+    summary: "a developer's plan, tier and this month's compute",
+    async run(flags, ctx) {
       const o = parse({ id: required('id', Identifier) }, flags);
+      await ctx.connect();
       const dev = await getDeveloper(o.id);
       if (!dev) throw new RegistryError(`Developer ${o.id} does not exist`);
       const tier = tierFor(dev.planSeconds);
@@ -75,8 +114,10 @@ export const COMMANDS: Record<string, { usage: string; run(flags: Flags): Promis
   },
   'project create': {
     usage: 'project create --developer ID [--id ID]',
-    async run(flags) {
+    summary: 'create a project; prints its ID and the secret that signs its tokens',
+    async run(flags, ctx) {
       const o = parse({ developer: required('developer', Identifier), id: Identifier.optional() }, flags);
+      await ctx.connect();
       const project = await createProject({ developerId: o.developer, projectId: o.id });
       return {
         data: { projectId: project.projectId, developerId: project.developerId, secret: project.secret },
@@ -86,26 +127,32 @@ export const COMMANDS: Record<string, { usage: string; run(flags: Flags): Promis
   },
   'project show': {
     usage: 'project show --project ID',
-    async run(flags) {
+    summary: 'a project: owner, which provider keys it has, custom prices (never the secret or keys)',
+    async run(flags, ctx) {
       const o = parse({ project: required('project', Identifier) }, flags);
+      await ctx.connect();
       const d = describeProject(await requireProject(o.project));
       return { data: d, text: JSON.stringify(d, null, 2) };
     },
   },
   'project rotate-secret': {
     usage: 'project rotate-secret --project ID',
-    async run(flags) {
+    summary: 'replace the secret; prints the new one',
+    async run(flags, ctx) {
       const o = parse({ project: required('project', Identifier) }, flags);
+      const target = await ctx.connect();
       const project = await rotateProjectSecret(o.project);
+      const effect = takesEffect(target, 'secret');
       return {
-        data: { projectId: project.projectId, secret: project.secret, rotatedAt: project.secretRotatedAt },
-        text: `Rotated the secret of ${project.projectId}\nsecret: ${project.secret}\nTokens signed with the old secret stop working within a minute.`,
+        data: { projectId: project.projectId, secret: project.secret, rotatedAt: project.secretRotatedAt, takesEffectWithinSeconds: effect.seconds },
+        text: `Rotated the secret of ${project.projectId}\nsecret: ${project.secret}\n${effect.text}`,
       };
     },
   },
   'project set-provider-key': {
     usage: 'project set-provider-key --project ID --provider openai|openrouter --key KEY',
-    async run(flags) {
+    summary: "store the project's own OpenAI or OpenRouter key (encrypted, never shown again)",
+    async run(flags, ctx) {
       const o = parse(
         {
           project: required('project', Identifier),
@@ -114,13 +161,19 @@ export const COMMANDS: Record<string, { usage: string; run(flags: Flags): Promis
         },
         flags,
       );
+      const target = await ctx.connect();
       await setProviderKey(o.project, o.provider, o.key);
-      return { data: { projectId: o.project, provider: o.provider, stored: true }, text: `Stored the ${o.provider} key of ${o.project} (encrypted; it is never shown again)` };
+      const effect = takesEffect(target, 'provider-key');
+      return {
+        data: { projectId: o.project, provider: o.provider, stored: true, takesEffectWithinSeconds: effect.seconds },
+        text: `Stored the ${o.provider} key of ${o.project} (encrypted; it is never shown again)\n${effect.text}`,
+      };
     },
   },
   'project set-pricing': {
     usage: 'project set-pricing --project ID --model M --input-usd-per-mtok X --output-usd-per-mtok Y [--cache-read-usd-per-mtok X] [--cache-write-usd-per-mtok X]',
-    async run(flags) {
+    summary: "set the project's price for a model, in USD per million tokens (wins over the bundled table)",
+    async run(flags, ctx) {
       const o = parse(
         {
           project: required('project', Identifier),
@@ -138,13 +191,19 @@ export const COMMANDS: Record<string, { usage: string; run(flags: Flags): Promis
         ...(o['cache-read-usd-per-mtok'] !== undefined ? { cacheReadUsdPerMtok: o['cache-read-usd-per-mtok'] } : {}),
         ...(o['cache-write-usd-per-mtok'] !== undefined ? { cacheWriteUsdPerMtok: o['cache-write-usd-per-mtok'] } : {}),
       };
+      const target = await ctx.connect();
       await setModelPricing(o.project, o.model, price);
-      return { data: { projectId: o.project, model: o.model, price }, text: `Priced ${o.model} for ${o.project}: $${price.inputUsdPerMtok}/Mtok in, $${price.outputUsdPerMtok}/Mtok out` };
+      const effect = takesEffect(target, 'pricing');
+      return {
+        data: { projectId: o.project, model: o.model, price, takesEffectWithinSeconds: effect.seconds },
+        text: `Priced ${o.model} for ${o.project}: $${price.inputUsdPerMtok}/Mtok in, $${price.outputUsdPerMtok}/Mtok out\n${effect.text}`,
+      };
     },
   },
   'token mint': {
     usage: 'token mint --project ID --user U --ai-microdollars N --compute-seconds N --window hour|day|week|month|lifetime [--expires-in 1h]',
-    async run(flags) {
+    summary: "mint a user's token with a budget (for trying things; project owners mint their own)",
+    async run(flags, ctx) {
       const o = parse(
         {
           project: required('project', Identifier),
@@ -162,6 +221,7 @@ export const COMMANDS: Record<string, { usage: string; run(flags: Flags): Promis
       } catch (err) {
         throw new UsageError(`--expires-in: ${(err as Error).message}`);
       }
+      await ctx.connect();
       const project = await requireProject(o.project);
       const budget = { ai: o['ai-microdollars'], compute: o['compute-seconds'], window: o.window };
       const token = await mintToken({ projectId: project.projectId, userId: o.user, secret: project.secret, budget, expiresInSeconds });

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { DeleteMessageBatchCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import type { AddressInfo } from 'node:net';
+import { CreateQueueCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { startFauxqs } from 'fauxqs';
 import { QUEUES } from '../../lambdas/store/queues.ts';
 import { lambdaContext } from './events.ts';
 
@@ -11,20 +11,69 @@ export interface LocalQueues {
   stop(): Promise<void>;
 }
 
+let fauxqs: Promise<typeof import('fauxqs')> | undefined;
+
+/**
+ * fauxqs imports node:sqlite (for its optional persistence, unused here), and Node 22 announces that module with an
+ * "ExperimentalWarning: SQLite is an experimental feature" on every `npm start` and in every test worker. Exactly
+ * that warning is dropped, only while fauxqs loads (Node emits it once, when node:sqlite is first loaded); every
+ * other warning, experimental or not, still prints.
+ */
+function loadFauxqs(): Promise<typeof import('fauxqs')> {
+  fauxqs ??= (async () => {
+    const emitWarning = process.emitWarning;
+    process.emitWarning = function (this: NodeJS.Process, warning: string | Error, ...rest: unknown[]) {
+      const message = typeof warning === 'string' ? warning : warning.message;
+      const type = typeof rest[0] === 'string' ? rest[0] : ((rest[0] as { type?: string } | undefined)?.type ?? (warning instanceof Error ? warning.name : undefined));
+      if (type === 'ExperimentalWarning' && message.startsWith('SQLite is an experimental feature')) return;
+      return Reflect.apply(emitWarning, this, [warning, ...rest]) as void;
+    } as typeof process.emitWarning;
+    try {
+      return await import('fauxqs');
+    } finally {
+      process.emitWarning = emitWarning;
+    }
+  })();
+  return fauxqs;
+}
+
+/**
+ * fauxqs (in-process SQS) on 127.0.0.1 only. Its `startFauxqs` always listens on 0.0.0.0 (its `host` option only
+ * names the host in queue URLs), and it answers unsigned requests, so the runtime builds the same server with
+ * `buildApp` and listens itself; the queues are then declared through the SQS API, as a deployed stack declares them.
+ */
 export async function startLocalQueues(prefix: string): Promise<LocalQueues> {
-  const server = await startFauxqs({ port: 0, logger: false });
-  const urls = {} as LocalQueues['urls'];
-  for (const q of QUEUES) {
-    const dlq = server.createQueue(`${prefix}-${q.name}-dlq`);
-    const main = server.createQueue(`${prefix}-${q.name}`, {
-      attributes: {
-        VisibilityTimeout: '60',
-        RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlq.queueArn, maxReceiveCount: q.maxReceiveCount }),
-      },
-    });
-    urls[q.envVar] = main.queueUrl;
+  const { buildApp } = await loadFauxqs();
+  const app = buildApp({ logger: false });
+  try {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as AddressInfo;
+    const endpoint = `http://127.0.0.1:${port}`;
+    const sqs = sqsClient(endpoint);
+    const urls = {} as LocalQueues['urls'];
+    try {
+      for (const q of QUEUES) {
+        const dlq = await sqs.send(new CreateQueueCommand({ QueueName: `${prefix}-${q.name}-dlq` }));
+        const dlqArn = (await sqs.send(new GetQueueAttributesCommand({ QueueUrl: dlq.QueueUrl, AttributeNames: ['QueueArn'] }))).Attributes?.QueueArn;
+        const main = await sqs.send(
+          new CreateQueueCommand({
+            QueueName: `${prefix}-${q.name}`,
+            Attributes: {
+              VisibilityTimeout: '60',
+              RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlqArn, maxReceiveCount: q.maxReceiveCount }),
+            },
+          }),
+        );
+        urls[q.envVar] = main.QueueUrl!;
+      }
+    } finally {
+      sqs.destroy();
+    }
+    return { endpoint, urls, stop: () => app.close() };
+  } catch (err) {
+    await app.close();
+    throw err;
   }
-  return { endpoint: server.address, urls, stop: () => server.stop() };
 }
 
 export function sqsClient(endpoint: string): SQSClient {

@@ -1,14 +1,18 @@
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join, resolve } from 'node:path';
+import type { Duplex } from 'node:stream';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent } from 'aws-lambda';
 import { resetEnv } from '../../lambdas/config/env.ts';
+import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
+import { normalizePath } from '../../lambdas/http/path.ts';
+import { formatAccessLine, setAccessLogSink } from '../../lambdas/observability/access-log.ts';
 import { resetDocumentClient } from '../../lambdas/store/dynamo.ts';
 import { resetKeyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { clearProjectCache } from '../../lambdas/registry/project-cache.ts';
 import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
-import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody } from './events.ts';
+import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, splitTarget } from './events.ts';
 import { sqsClient, startLocalQueues, type LocalQueues } from './queues.ts';
 import { LocalScheduler } from './scheduler.ts';
 import { startAnthropicUpstream } from './upstreams/anthropic.ts';
@@ -32,6 +36,8 @@ export interface GatewayOptions {
   simulateUpstreams?: boolean;
   /** Extra environment for the handlers (applied after the runtime's own). */
   env?: Record<string, string>;
+  /** Prints one readable access-log line per request (npm start); by default the handlers' structured log is used. */
+  accessLog?: (line: string) => void;
 }
 
 export interface RunningGateway {
@@ -50,6 +56,7 @@ type StreamHandler = (event: LambdaFunctionURLEvent, stream: LocalResponseStream
 
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
   const dataDir = opts.dataDir ? resolve(opts.dataDir) : undefined;
+  if (dataDir) privateDataDir(dataDir);
   const prefix = opts.tablePrefix ?? 'gateway';
   const cleanups: (() => Promise<void> | void)[] = [];
   const stopAll = async () => {
@@ -81,7 +88,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     }
 
     const keyDir = dataDir ?? join(process.cwd(), '.data', 'tmp', `${prefix}-${process.pid}`);
-    if (!dataDir) cleanups.push(() => rmSync(keyDir, { recursive: true, force: true }));
+    if (!dataDir) {
+      mkdirSync(keyDir, { recursive: true, mode: 0o700 });
+      cleanups.push(() => rmSync(keyDir, { recursive: true, force: true }));
+    }
     Object.assign(process.env, {
       STAGE: 'local',
       AWS_REGION: 'us-east-1',
@@ -94,6 +104,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       PROVIDER_KEYS_LOCAL_KEY_FILE: join(keyDir, 'provider-keys.key'),
       POWERTOOLS_METRICS_DISABLED: process.env.POWERTOOLS_METRICS_DISABLED ?? 'true',
       POWERTOOLS_LOG_LEVEL: process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN',
+      // One developer edits projects with the CLI and tries them at once: trust a cached project for 1 s at most.
+      SECRET_CACHE_SECONDS: process.env.SECRET_CACHE_SECONDS ?? '1',
       ...upstreamEnv,
       ...opts.env,
     });
@@ -115,14 +127,21 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     const channeling = (await import('../../lambdas/handlers/channeling.ts')).handler as unknown as StreamHandler;
     const conjure = (await import('../../lambdas/handlers/conjure-api.ts')).handler as unknown as ApiHandler;
 
+    if (opts.accessLog) {
+      const print = opts.accessLog;
+      setAccessLogSink((record) => print(formatAccessLine(record)));
+      cleanups.push(() => setAccessLogSink(undefined));
+    }
     const server = createServer((req, res) => {
       void route(req, res, { channeling, conjure }).catch((err: unknown) => {
-        if (!res.headersSent) {
+        console.error(`local runtime failed: ${(err as Error)?.stack ?? String(err)}`);
+        if (!res.headersSent && !res.destroyed) {
           res.writeHead(500, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ error: 'local_runtime_error', message: (err as Error).message }));
         } else res.destroy();
       });
     });
+    server.on('clientError', answerClientError);
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port ?? 0, opts.host ?? '127.0.0.1');
     cleanups.push(() => closeServer(server));
@@ -130,11 +149,12 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     const url = `http://${opts.host ?? '127.0.0.1'}:${port}`;
 
     if (dataDir) {
-      mkdirSync(dataDir, { recursive: true });
       writeFileSync(
         join(dataDir, 'runtime.json'),
         JSON.stringify({ url, pid: process.pid, dynamoEndpoint, tables, keyFile: process.env.PROVIDER_KEYS_LOCAL_KEY_FILE }, null, 2),
+        { mode: 0o600 },
       );
+      chmodSync(join(dataDir, 'runtime.json'), 0o600);
       cleanups.push(() => rmSync(join(dataDir, 'runtime.json'), { force: true }));
     }
     return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, stop: stopAll };
@@ -144,22 +164,41 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   }
 }
 
+/**
+ * Picks the app the way the two AWS URLs would (channeling for the Messages API under /v1, conjure for the rest) from
+ * the path alone, normalised once by the same function the routers use, and calls its real handler. Nothing a
+ * client does here may throw past this point.
+ */
 async function route(req: IncomingMessage, res: ServerResponse, h: { channeling: StreamHandler; conjure: ApiHandler }): Promise<void> {
-  const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-  if (path === '/health') {
+  const path = normalizePath(splitTarget(req.url).path);
+  if (path === '/health' || path === '/health/') {
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end('{"status":"ok"}');
     return;
   }
-  const body = await readBody(req);
-  if (path.startsWith('/v1/')) {
-    await invokeStreaming(h.channeling, functionUrlEvent(req, body), res, 'channeling');
-    return;
+  const read = await readBody(req, MAX_BODY_BYTES);
+  if (!read) return; // the client went away mid-upload: nothing to answer
+  // A truncated body is refused by the handler (413); the rest of the upload is not kept, and the connection closes.
+  if (path === '/v1' || path.startsWith('/v1/')) {
+    await invokeStreaming(h.channeling, functionUrlEvent(req, read.body), res, 'channeling');
+  } else {
+    const result = await h.conjure(apiGatewayEvent(req, read.body), lambdaContext('conjure-api', 29_000));
+    res.writeHead(result.statusCode, result.headers as Record<string, string>);
+    res.end(result.isBase64Encoded ? Buffer.from(result.body, 'base64') : result.body);
   }
-  const result = await h.conjure(apiGatewayEvent(req, body), lambdaContext('conjure-api', 29_000));
-  res.writeHead(result.statusCode, result.headers as Record<string, string>);
-  res.end(result.isBase64Encoded ? Buffer.from(result.body, 'base64') : result.body);
+  if (read.truncated) {
+    // Closing at once would reset the connection while the client is still sending, and a reset can discard the
+    // answer before the client reads it: discard what still comes for a moment (a lingering close), then cut.
+    const linger = () => {
+      req.resume();
+      setTimeout(() => req.socket.destroy(), LINGER_MS).unref();
+    };
+    if (res.writableFinished) linger();
+    else res.once('finish', linger);
+  }
 }
+
+const LINGER_MS = 500;
 
 /** Calls a RESPONSE_STREAM handler the way Lambda does, with the HTTP response as its stream. */
 export async function invokeStreaming(handler: unknown, event: LambdaFunctionURLEvent, res: ServerResponse, name: string): Promise<void> {
@@ -168,12 +207,30 @@ export async function invokeStreaming(handler: unknown, event: LambdaFunctionURL
   try {
     await (handler as StreamHandler)(event, stream, lambdaContext(name));
   } catch (err) {
+    // A pipe broken by a client that left is not a failure of the handler; anything else is a gateway bug.
+    if (res.destroyed || stream.destroyed) return;
+    console.error(`${name} handler failed: ${(err as Error)?.stack ?? String(err)}`);
     // Lambda answers a failure before the prelude with 502; after it, the connection simply ends.
     if (!res.headersSent) {
       res.writeHead(502, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ message: 'Internal Server Error' }));
     } else if (!res.writableEnded) res.destroy(err as Error);
   }
+}
+
+/**
+ * What Node's HTTP parser refuses before any handler could see it (a malformed request line, an unknown method,
+ * oversized headers): a short JSON answer and a closed connection, never a crash.
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (!socket.writable || (err as { code?: string }).code === 'ECONNRESET') {
+    socket.destroy();
+    return;
+  }
+  const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+  const status = tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request';
+  const body = JSON.stringify({ error: tooLarge ? 'request_headers_too_large' : 'bad_request', message: `Malformed HTTP request (${err.code ?? 'parse error'})` });
+  socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 
 function listen(server: Server, port: number, host: string): Promise<void> {
@@ -191,4 +248,38 @@ function closeServer(server: Server): Promise<void> {
     server.close(() => resolve());
     server.closeAllConnections();
   });
+}
+
+/** What the gateway keeps in DATA_DIR (and what a file browser adds); a directory holding only these is the gateway's. */
+const DATA_DIR_ENTRIES = new Set(['dynamodb', 'provider-keys.key', 'runtime.json', 'dev-token.txt', 'schedules.json', 'schedules.json.tmp', 'tmp', '.DS_Store']);
+
+/**
+ * DATA_DIR holds the provider-key key, the registry (project secrets) and a 30-day token: it is created 0700 and
+ * its files are 0600. A DATA_DIR made by an earlier version (0755) is tightened in place when it is the gateway's own;
+ * one that holds other files, or belongs to another user, is never chmod-ed (think DATA_DIR=$HOME or /tmp): the
+ * gateway refuses to keep secrets there and says what to do.
+ */
+function privateDataDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  if (process.platform === 'win32') return;
+  const st = statSync(dir);
+  if ((st.mode & 0o077) !== 0) {
+    const foreign = readdirSync(dir).filter((entry) => !DATA_DIR_ENTRIES.has(entry));
+    const mine = st.uid === process.getuid?.();
+    if (!mine || foreign.length > 0) {
+      const why = mine ? `holds files that are not the gateway's (${foreign.slice(0, 3).join(', ')}${foreign.length > 3 ? ', …' : ''})` : 'belongs to another user';
+      throw new Error(
+        `DATA_DIR ${dir} is open to other users (mode ${(st.mode & 0o777).toString(8)}) and ${why}; the gateway keeps secrets there. ` +
+          `Use a directory of its own (e.g. DATA_DIR=${join(dir, '.prompt-gateway')}) or run: chmod 700 ${dir}`,
+      );
+    }
+    chmodSync(dir, 0o700);
+  }
+  for (const file of ['provider-keys.key', 'runtime.json', 'dev-token.txt', 'schedules.json']) {
+    try {
+      chmodSync(join(dir, file), 0o600);
+    } catch {
+      // not there yet: it is created 0600
+    }
+  }
 }

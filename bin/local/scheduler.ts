@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { Scheduler } from '../../lambdas/scheduling/scheduler.ts';
 
@@ -73,8 +73,11 @@ export class LocalScheduler implements Scheduler {
 
   private persist(): void {
     if (!this.opts.file) return;
+    // Owner-only, like everything in DATA_DIR. `mode` applies only to a new file, so a temp file left behind by a
+    // crash is tightened before it is written again.
     const tmp = `${this.opts.file}.tmp`;
-    writeFileSync(tmp, JSON.stringify(this.pending(), null, 2));
+    writeFileSync(tmp, JSON.stringify(this.pending(), null, 2), { mode: 0o600 });
+    chmodSync(tmp, 0o600);
     renameSync(tmp, this.opts.file);
   }
 }
