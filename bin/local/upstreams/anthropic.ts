@@ -93,6 +93,7 @@ interface AnthropicUsage {
   output_tokens: number;
   cache_creation_input_tokens: number;
   cache_read_input_tokens: number;
+  server_tool_use?: { web_search_requests: number };
 }
 
 function frame(type: string, data: unknown): string {
@@ -174,20 +175,19 @@ export async function startAnthropicUpstream(opts?: StartUpstreamOptions): Promi
       output_tokens: plan.outputTokens,
       cache_creation_input_tokens: d.cacheWrite,
       cache_read_input_tokens: d.cacheRead,
+      ...(d.webSearches !== undefined ? { server_tool_use: { web_search_requests: d.webSearches } } : {}),
     };
+    const reported = misreported(usage, d.usageMode);
 
     if (body.stream !== true) {
-      return sendJson(
-        res,
-        200,
-        { id, type: 'message', role: 'assistant', model, content, stop_reason: stopReason, stop_sequence: null, usage },
-        baseHeaders,
-      );
+      const message = { id, type: 'message', role: 'assistant', model, content, stop_reason: stopReason, stop_sequence: null, usage: reported };
+      if (reported === undefined) delete (message as { usage?: unknown }).usage;
+      return sendJson(res, 200, message, baseHeaders);
     }
 
     startSse(res, baseHeaders);
     await runSse(req, res, {
-      events: streamEvents(id, model, content, stopReason, usage),
+      events: streamEvents(id, model, content, stopReason, usage, d.usageMode),
       delayMs: d.delayMs,
       resetAfter: d.resetAfter,
       streamErrorAfter: d.streamErrorAfter,
@@ -204,6 +204,14 @@ export async function startAnthropicUpstream(opts?: StartUpstreamOptions): Promi
   });
 }
 
+/** The usage as `[[usage:MODE]]` misreports it (undefined: no usage field at all). */
+function misreported(usage: AnthropicUsage, mode: 'missing' | 'absurd' | 'empty' | undefined): Record<string, unknown> | undefined {
+  if (mode === 'missing') return undefined;
+  if (mode === 'empty') return {};
+  if (mode === 'absurd') return Object.fromEntries(Object.keys(usage).map((k) => [k, k === 'server_tool_use' ? { web_search_requests: 1e301 } : 1e301]));
+  return usage as unknown as Record<string, unknown>;
+}
+
 function stopReasonOf(plan: ReplyPlan): 'end_turn' | 'tool_use' | 'max_tokens' {
   if (plan.truncated) return 'max_tokens';
   if (plan.toolCalls.length > 0) return 'tool_use';
@@ -217,8 +225,28 @@ function streamEvents(
   content: ContentBlock[],
   stopReason: string,
   usage: AnthropicUsage,
+  usageMode?: 'missing' | 'absurd' | 'empty',
 ): string[] {
   const events: string[] = [];
+  const startUsage = misreported(
+    {
+      input_tokens: usage.input_tokens,
+      output_tokens: 1,
+      cache_creation_input_tokens: usage.cache_creation_input_tokens,
+      cache_read_input_tokens: usage.cache_read_input_tokens,
+    },
+    usageMode,
+  );
+  const finalUsage = misreported(
+    {
+      output_tokens: usage.output_tokens,
+      input_tokens: usage.input_tokens,
+      cache_creation_input_tokens: usage.cache_creation_input_tokens,
+      cache_read_input_tokens: usage.cache_read_input_tokens,
+      ...(usage.server_tool_use ? { server_tool_use: usage.server_tool_use } : {}),
+    },
+    usageMode,
+  );
   events.push(
     frame('message_start', {
       type: 'message_start',
@@ -230,12 +258,7 @@ function streamEvents(
         content: [],
         stop_reason: null,
         stop_sequence: null,
-        usage: {
-          input_tokens: usage.input_tokens,
-          output_tokens: 1,
-          cache_creation_input_tokens: usage.cache_creation_input_tokens,
-          cache_read_input_tokens: usage.cache_read_input_tokens,
-        },
+        ...(startUsage ? { usage: startUsage } : {}),
       },
     }),
   );
@@ -281,12 +304,7 @@ function streamEvents(
     frame('message_delta', {
       type: 'message_delta',
       delta: { stop_reason: stopReason, stop_sequence: null },
-      usage: {
-        output_tokens: usage.output_tokens,
-        input_tokens: usage.input_tokens,
-        cache_creation_input_tokens: usage.cache_creation_input_tokens,
-        cache_read_input_tokens: usage.cache_read_input_tokens,
-      },
+      ...(finalUsage ? { usage: finalUsage } : {}),
     }),
   );
   events.push(frame('message_stop', { type: 'message_stop' }));

@@ -24,6 +24,11 @@
  *   [[stream-error-after:N]]  streams: send a provider mid-stream error after N events, then end
  *   [[finish:REASON]]         OpenAI only: force `finish_reason`
  *   [[cost:USD]]              OpenAI only: add `usage.cost` (OpenRouter style)
+ *   [[web-searches:N]]        Anthropic only: report N server-side web searches
+ *                             (`usage.server_tool_use.web_search_requests`, JSON and final SSE usage)
+ *   [[usage:MODE]]            Anthropic only: misreport usage, to test the gateway's distrust —
+ *                             `missing` (no usage at all), `absurd` (every count 1e301),
+ *                             `empty` (usage objects with no fields)
  *
  * A directive with a malformed argument (e.g. `[[words:abc]]`, invalid tool JSON) makes the
  * upstream answer 400 invalid_request_error naming the directive.
@@ -76,6 +81,8 @@ export interface Directives {
   streamErrorAfter?: number;
   finish?: string;
   cost?: number;
+  webSearches?: number;
+  usageMode?: 'missing' | 'absurd' | 'empty';
 }
 
 export interface ParsedScript {
@@ -99,6 +106,8 @@ const KNOWN_DIRECTIVES = new Set([
   'stream-error-after',
   'finish',
   'cost',
+  'web-searches',
+  'usage',
 ]);
 
 export function emptyDirectives(): Directives {
@@ -219,6 +228,17 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
       const v = Number((arg ?? '').trim());
       if ((arg ?? '').trim() === '' || !Number.isFinite(v) || v < 0) return bad('expected a non-negative number');
       d.cost = v;
+      return;
+    }
+    case 'web-searches': {
+      const n = intArg();
+      if (n !== undefined) d.webSearches = n;
+      return;
+    }
+    case 'usage': {
+      const mode = (arg ?? '').trim();
+      if (mode !== 'missing' && mode !== 'absurd' && mode !== 'empty') return bad('expected [[usage:missing|absurd|empty]]');
+      d.usageMode = mode;
       return;
     }
   }
