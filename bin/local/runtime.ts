@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { join, resolve } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent } from 'aws-lambda';
-import { resetEnv } from '../../lambdas/config/env.ts';
+import { MAX_INVOCATION_SECONDS, resetEnv } from '../../lambdas/config/env.ts';
 import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
 import { formatAccessLine, setAccessLogSink } from '../../lambdas/observability/access-log.ts';
@@ -36,6 +36,8 @@ export interface GatewayOptions {
   simulateUpstreams?: boolean;
   /** Extra environment for the handlers (applied after the runtime's own). */
   env?: Record<string, string>;
+  /** Lambda's invocation limit, enforced locally (default 15 minutes); tests shorten it. */
+  invocationTimeoutMs?: number;
   /** Prints one readable access-log line per request (npm start); by default the handlers' structured log is used. */
   accessLog?: (line: string) => void;
 }
@@ -133,7 +135,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       cleanups.push(() => setAccessLogSink(undefined));
     }
     const server = createServer((req, res) => {
-      void route(req, res, { channeling, conjure }).catch((err: unknown) => {
+      void route(req, res, { channeling, conjure, invocationTimeoutMs: opts.invocationTimeoutMs }).catch((err: unknown) => {
         console.error(`local runtime failed: ${(err as Error)?.stack ?? String(err)}`);
         if (!res.headersSent && !res.destroyed) {
           res.writeHead(500, { 'content-type': 'application/json' });
@@ -169,7 +171,11 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
  * the path alone, normalised once by the same function the routers use, and calls its real handler. Nothing a
  * client does here may throw past this point.
  */
-async function route(req: IncomingMessage, res: ServerResponse, h: { channeling: StreamHandler; conjure: ApiHandler }): Promise<void> {
+async function route(
+  req: IncomingMessage,
+  res: ServerResponse,
+  h: { channeling: StreamHandler; conjure: ApiHandler; invocationTimeoutMs?: number },
+): Promise<void> {
   const path = normalizePath(splitTarget(req.url).path);
   if (path === '/health' || path === '/health/') {
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -180,7 +186,7 @@ async function route(req: IncomingMessage, res: ServerResponse, h: { channeling:
   if (!read) return; // the client went away mid-upload: nothing to answer
   // A truncated body is refused by the handler (413); the rest of the upload is not kept, and the connection closes.
   if (path === '/v1' || path.startsWith('/v1/')) {
-    await invokeStreaming(h.channeling, functionUrlEvent(req, read.body), res, 'channeling');
+    await invokeStreaming(h.channeling, functionUrlEvent(req, read.body), res, 'channeling', h.invocationTimeoutMs);
   } else {
     const result = await h.conjure(apiGatewayEvent(req, read.body), lambdaContext('conjure-api', 29_000));
     res.writeHead(result.statusCode, result.headers as Record<string, string>);
@@ -200,12 +206,28 @@ async function route(req: IncomingMessage, res: ServerResponse, h: { channeling:
 
 const LINGER_MS = 500;
 
-/** Calls a RESPONSE_STREAM handler the way Lambda does, with the HTTP response as its stream. */
-export async function invokeStreaming(handler: unknown, event: LambdaFunctionURLEvent, res: ServerResponse, name: string): Promise<void> {
+/**
+ * Calls a RESPONSE_STREAM handler the way Lambda does, with the HTTP response as its stream — including Lambda's
+ * limit on how long an invocation may run: past it the response is cut (the stream is destroyed, so the proxy stops
+ * the upstream and settles what was produced). A request therefore never outlives its reservation, whose expiry is
+ * longer (RESERVATION_TTL_SECONDS).
+ */
+export async function invokeStreaming(
+  handler: unknown,
+  event: LambdaFunctionURLEvent,
+  res: ServerResponse,
+  name: string,
+  timeoutMs = MAX_INVOCATION_SECONDS * 1000,
+): Promise<void> {
   if (!isStreamingHandler(handler)) throw new Error(`${name} is not a streaming handler`);
   const stream = new LocalResponseStream(res);
+  const timer = setTimeout(() => {
+    console.error(`${name}: invocation timed out after ${timeoutMs / 1000} s; the response is cut, as Lambda would`);
+    stream.destroy(new Error(`Task timed out after ${timeoutMs / 1000} seconds`));
+    res.destroy();
+  }, timeoutMs);
   try {
-    await (handler as StreamHandler)(event, stream, lambdaContext(name));
+    await (handler as StreamHandler)(event, stream, lambdaContext(name, timeoutMs));
   } catch (err) {
     // A pipe broken by a client that left is not a failure of the handler; anything else is a gateway bug.
     if (res.destroyed || stream.destroyed) return;
@@ -215,6 +237,8 @@ export async function invokeStreaming(handler: unknown, event: LambdaFunctionURL
       res.writeHead(502, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ message: 'Internal Server Error' }));
     } else if (!res.writableEnded) res.destroy(err as Error);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

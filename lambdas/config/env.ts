@@ -4,6 +4,9 @@ import { z } from 'zod';
  * Typed configuration read from the environment once per process.
  * Deployed functions get these from the CDK stack; the local runtime sets them before it loads any handler.
  */
+/** Lambda's hard limit on one invocation; the local runtime enforces the same (docs/contract.md, "Hard cap"). */
+export const MAX_INVOCATION_SECONDS = 900;
+
 const EnvSchema = z.object({
   STAGE: z.string().default('local'),
   AWS_REGION: z.string().default('us-east-1'),
@@ -29,8 +32,15 @@ const EnvSchema = z.object({
   SECRET_CACHE_SECONDS: z.coerce.number().int().min(0).default(60),
   /** Upstream request time-out for a provider call. */
   UPSTREAM_TIMEOUT_MS: z.coerce.number().int().positive().default(600_000),
-  /** A reservation older than this is considered abandoned and is settled by the sweep. */
-  RESERVATION_TTL_SECONDS: z.coerce.number().int().positive().default(1_200),
+  /**
+   * A reservation older than this is considered abandoned and is settled by the sweep. It must outlast the longest
+   * invocation (Lambda's 15 minutes, enforced by the local runtime too), so a running request is never swept.
+   */
+  RESERVATION_TTL_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(MAX_INVOCATION_SECONDS + 60, `must exceed the ${MAX_INVOCATION_SECONDS} s invocation limit by at least a minute`)
+    .default(1_200),
   DEFAULT_MODEL: z.string().default('claude-sonnet-4-6'),
 });
 
