@@ -1,5 +1,6 @@
 import { chmodSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent } from 'aws-lambda';
@@ -134,7 +135,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       setAccessLogSink((record) => print(formatAccessLine(record)));
       cleanups.push(() => setAccessLogSink(undefined));
     }
-    const server = createServer((req, res) => {
+    const serve = (req: IncomingMessage, res: ServerResponse) => {
       void route(req, res, { channeling, conjure, invocationTimeoutMs: opts.invocationTimeoutMs }).catch((err: unknown) => {
         console.error(`local runtime failed: ${(err as Error)?.stack ?? String(err)}`);
         if (!res.headersSent && !res.destroyed) {
@@ -142,8 +143,19 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
           res.end(JSON.stringify({ error: 'local_runtime_error', message: (err as Error).message }));
         } else res.destroy();
       });
-    });
+    };
+    // Routing never reads the Host header, so a request without one (HTTP/1.0 style) is served, not refused bare.
+    const server = createServer({ requireHostHeader: false }, serve);
     server.on('clientError', answerClientError);
+    // Node hands CONNECT to a separate event and would drop it silently; it goes through the handlers like any
+    // method, which refuse it (405) in the app's envelope.
+    server.on('connect', (req: IncomingMessage, socket: Duplex) => {
+      const res = new ServerResponse(req);
+      res.assignSocket(socket as Socket);
+      res.shouldKeepAlive = false;
+      res.once('finish', () => socket.end());
+      serve(req, res);
+    });
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port ?? 0, opts.host ?? '127.0.0.1');
     cleanups.push(() => closeServer(server));
@@ -182,7 +194,8 @@ async function route(
     res.end('{"status":"ok"}');
     return;
   }
-  const read = await readBody(req, MAX_BODY_BYTES);
+  // A CONNECT request has no body to read (the connection would be a tunnel).
+  const read = req.method === 'CONNECT' ? { body: Buffer.alloc(0), truncated: false } : await readBody(req, MAX_BODY_BYTES);
   if (!read) return; // the client went away mid-upload: nothing to answer
   // A truncated body is refused by the handler (413); the rest of the upload is not kept, and the connection closes.
   if (path === '/v1' || path.startsWith('/v1/')) {

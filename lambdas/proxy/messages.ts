@@ -18,7 +18,7 @@ import type { Project } from '../registry/model.ts';
 import { routeModel, type Route } from '../routing/route.ts';
 import { encodeSse } from '../streaming/sse.ts';
 import { authenticate } from './caller.ts';
-import { envelopeResponse } from './errors.ts';
+import { envelopeResponse, errorResponse } from './errors.ts';
 import { admit } from './admission.ts';
 import { producedByMessage, trustedAnthropicUsage } from '../metering/usage.ts';
 import { CountTokensBody, describeIssue, MessagesBody } from './schema.ts';
@@ -141,13 +141,23 @@ export async function handleMessages(req: Request): Promise<Response> {
     admission.body === body ? prepared : { ...prepared, body: admission.body, rawBody: JSON.stringify(admission.body) };
   const clampHeaders: Record<string, string> = admission.clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(admission.clampedMaxTokens) };
   const abort = new AbortController();
+  // A client gone before the answer arrives: stop waiting on the upstream (no answer was delivered, so, like any
+  // upstream call that ends without one, it is not charged).
+  const onClientGone = () => abort.abort();
+  req.signal.addEventListener('abort', onClientGone, { once: true });
   const started = Date.now();
   let result: ProviderResult;
   try {
     result = await prepared.provider.send(providerRequest(forwarded, req, abort.signal));
   } catch (err) {
     await settleCharge(reservation, 0, { model: body.model });
+    if (req.signal.aborted) {
+      accessRecord().clientClosed = true;
+      return errorResponse(499, 'api_error', 'The client closed the request before the answer');
+    }
     throw err;
+  } finally {
+    req.signal.removeEventListener('abort', onClientGone);
   }
   const log = accessRecord();
   log.upstreamMs = Date.now() - started;

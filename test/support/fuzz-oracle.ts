@@ -1,0 +1,283 @@
+import { priceFor, type PriceProvider } from '../../lambdas/pricing/prices.ts';
+import type { Credentials, FuzzContext, GoodToken } from '../fuzz/arbitraries.ts';
+import { MODELS, validLimit } from '../fuzz/arbitraries.ts';
+
+/**
+ * What the gateway must answer to a request, decided from the bytes sent and the written contract (docs/contract.md,
+ * the robustness brief), not from the gateway's code. Where the contract leaves the order of two refusals open (a bad
+ * token AND a bad body), every answer it allows is accepted; elsewhere the status is exact.
+ *
+ * The one thing read from the code is the price catalog (`priceFor`): whether a model name has a price is catalog
+ * data, and the contract says only that an unpriced model is refused.
+ */
+
+export type App = 'proxy' | 'conjure' | 'either';
+export type RouteName = 'messages' | 'count_tokens' | 'models' | 'model' | 'usage';
+
+export interface PathInfo {
+  app: App;
+  route?: RouteName;
+  /** The raw (still percent-encoded) {id} of GET /v1/models/{id}. */
+  id?: string;
+  query: string;
+  /** Some percent-encoding in the path does not decode (`%FF`, `%`, `%zz`). */
+  malformed: boolean;
+}
+
+const ROUTES: [RegExp, RouteName][] = [
+  [/^\/v1\/messages\/?$/, 'messages'],
+  [/^\/v1\/messages\/count_tokens\/?$/, 'count_tokens'],
+  [/^\/v1\/models\/?$/, 'models'],
+  [/^\/v1\/models\/([^/]+)\/?$/, 'model'],
+  [/^\/usage\/?$/, 'usage'],
+];
+export const ROUTE_METHOD: Record<RouteName, string> = { messages: 'POST', count_tokens: 'POST', models: 'GET', model: 'GET', usage: 'GET' };
+
+const decodes = (s: string): boolean => {
+  try {
+    decodeURIComponent(s);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * The normalisation the brief asks for: repeated slashes collapse, the `/v1/` prefix matches in any case, the rest
+ * keeps its case and its percent-encoding; the Host header plays no part.
+ */
+export function classifyPath(target: string): PathInfo {
+  const q = target.indexOf('?');
+  const raw = q < 0 ? target : target.slice(0, q);
+  const query = q < 0 ? '' : target.slice(q + 1);
+  let path = raw.replace(/\/{2,}/g, '/');
+  let app: App = 'conjure';
+  if (/^\/v1\//i.test(path)) {
+    app = 'proxy';
+    path = `/v1/${path.slice(4)}`;
+  } else if (/^\/v1$/i.test(path)) app = 'either'; // "/v1" alone: the brief's rule says conjure, the runtime may say proxy
+  const malformed = !decodes(raw);
+  for (const [re, route] of ROUTES) {
+    const m = re.exec(path);
+    if (m) return { app, route, id: m[1], query, malformed };
+  }
+  return { app, query, malformed };
+}
+
+export interface Expectation {
+  app: App;
+  /** Every status the contract allows for this request. */
+  statuses: number[];
+  route?: RouteName;
+  /** For a Messages request that may succeed: who pays, what model, whether it streams. */
+  caller?: GoodToken;
+  body?: Record<string, unknown>;
+  why: string;
+}
+
+export interface FuzzRequestSpec {
+  method: string;
+  path: string;
+  creds: Credentials;
+  body?: Buffer;
+}
+
+const STANDARD_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
+const uniq = (xs: number[]) => [...new Set(xs)].sort((a, b) => a - b);
+
+export function expectFor(req: FuzzRequestSpec, ctx: FuzzContext): Expectation {
+  const info = classifyPath(req.path);
+  const base = { app: info.app, route: info.route };
+  if (!info.route) {
+    const statuses = info.malformed ? [400, 404] : [404];
+    // TRACE, PROPFIND…: "unknown methods → 405" may be decided before the path is looked at.
+    if (!STANDARD_METHODS.has(req.method)) statuses.push(405);
+    return { ...base, statuses: uniq(statuses), why: `no route${info.malformed ? ' (malformed percent-encoding)' : ''}` };
+  }
+  const allowed = ROUTE_METHOD[info.route];
+  if (req.method !== allowed) {
+    const statuses = [405];
+    if (info.malformed) statuses.push(400, 404);
+    if (req.method === 'HEAD' && allowed === 'GET') statuses.push(...routeOutcome({ ...req, method: 'GET' }, info, ctx).statuses);
+    if (req.method === 'OPTIONS') statuses.push(204);
+    return { ...base, statuses: uniq(statuses), why: `${req.method} on a ${allowed} route` };
+  }
+  const out = routeOutcome(req, info, ctx);
+  return { ...base, ...out, statuses: uniq(out.statuses) };
+}
+
+function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): Omit<Expectation, 'app'> {
+  const caller = req.creds.proxy;
+  switch (info.route) {
+    case 'usage':
+      return req.creds.usage ? { statuses: [200], caller: req.creds.usage, why: 'GET /usage with a valid bearer token' } : { statuses: [401], why: 'GET /usage without a valid bearer token' };
+    case 'models': {
+      if (!caller) return { statuses: [401], why: 'no valid proxy credentials' };
+      const limit = new URLSearchParams(info.query).get('limit');
+      return limit === null || validLimit(limit) ? { statuses: [200], why: 'list models' } : { statuses: [400], why: `limit=${limit}` };
+    }
+    case 'model': {
+      // docs/contract.md, Limits: "A path segment that is not valid percent-encoded UTF-8 (/v1/models/%FF) is a 400."
+      if (info.malformed) return { statuses: [400], why: 'model id with malformed percent-encoding' };
+      if (!caller) return { statuses: [401], why: 'no valid proxy credentials' };
+      const id = decodeURIComponent(info.id!);
+      return ctx.catalog.includes(id) ? { statuses: [200], why: `listed model ${id}` } : { statuses: [404], why: `unlisted model ${JSON.stringify(id)}` };
+    }
+    case 'messages':
+    case 'count_tokens': {
+      const judged = judgeBody(req.body ?? Buffer.alloc(0), info.route, ctx);
+      if (!caller) return { statuses: judged.ok ? [401] : [401, ...judged.statuses], why: `no valid proxy credentials; body: ${judged.why}` };
+      if (!judged.ok) return { statuses: judged.statuses, why: judged.why };
+      const model = modelOutcome(judged.body, info.route);
+      return { statuses: [...model.statuses, ...judged.alsoAllowed], caller, body: judged.body, why: `${judged.why}; ${model.why}` };
+    }
+    default:
+      throw new Error(`unhandled route ${info.route}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bodies
+// ---------------------------------------------------------------------------------------------------------------
+
+type Judged = { ok: false; statuses: number[]; why: string } | { ok: true; body: Record<string, unknown>; alsoAllowed: number[]; why: string };
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isBlock = (v: unknown) => isObject(v) && typeof v.type === 'string';
+
+/** Deepest nesting of arrays and objects in a JSON text, brackets inside strings not counted. */
+export function jsonNesting(text: string): number {
+  let depth = 0;
+  let max = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === '\\') i++;
+    } else if (c === '[' || c === '{') max = Math.max(max, ++depth);
+    else if (c === ']' || c === '}') depth--;
+  }
+  return max;
+}
+
+/** Whether some object of a (valid) JSON text names a key twice. */
+export function duplicateKeys(text: string): boolean {
+  const stack: (Set<string> | null)[] = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '{') {
+      stack.push(new Set());
+      expectKey = true;
+    } else if (c === '[') {
+      stack.push(null);
+      expectKey = false;
+    } else if (c === '}' || c === ']') stack.pop();
+    else if (c === ',') expectKey = stack.at(-1) instanceof Set;
+    else if (c === '"') {
+      let j = i + 1;
+      for (; j < text.length && text[j] !== '"'; j++) if (text[j] === '\\') j++;
+      if (expectKey) {
+        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        const keys = stack.at(-1) as Set<string>;
+        if (keys.has(key)) return true;
+        keys.add(key);
+        expectKey = false;
+      }
+      i = j;
+    }
+  }
+  return false;
+}
+
+function validUtf8(bytes: Buffer): boolean {
+  try {
+    new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The contract's validation of a Messages / count_tokens body (docs/contract.md "Validation", the brief's limits). */
+export function judgeBody(bytes: Buffer, route: 'messages' | 'count_tokens', ctx: FuzzContext): Judged {
+  const { maxBodyBytes, maxJsonDepth, maxTokensCeiling } = ctx.limits;
+  if (bytes.length > maxBodyBytes) return { ok: false, statuses: [413], why: `body of ${bytes.length} bytes` };
+  // Latitude the contract leaves: a BOM may be skipped, invalid UTF-8 replaced, duplicate keys read as JSON.parse does.
+  const alsoAllowed: number[] = [];
+  let text = bytes.toString('utf8');
+  if (!validUtf8(bytes)) alsoAllowed.push(400);
+  if (text.startsWith('\ufeff')) {
+    text = text.slice(1);
+    alsoAllowed.push(400);
+  }
+  const depth = jsonNesting(text);
+  if (depth > maxJsonDepth) return { ok: false, statuses: [400], why: `JSON nested ${depth} deep` };
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return { ok: false, statuses: [400], why: 'not JSON' };
+  }
+  if (duplicateKeys(text)) alsoAllowed.push(400);
+  const problem = schemaProblem(value, route, maxTokensCeiling);
+  if (problem) return { ok: false, statuses: [400], why: problem };
+  return { ok: true, body: value as Record<string, unknown>, alsoAllowed, why: 'valid body' };
+}
+
+function schemaProblem(v: unknown, route: 'messages' | 'count_tokens', ceiling: number | undefined): string | undefined {
+  if (!isObject(v)) return 'body is not an object';
+  if (typeof v.model !== 'string' || v.model === '') return 'model';
+  if (route === 'messages') {
+    const mt = v.max_tokens;
+    if (typeof mt !== 'number' || !Number.isInteger(mt) || mt < 1) return 'max_tokens';
+    if (ceiling !== undefined && mt > ceiling) return 'max_tokens above the ceiling';
+    if (v.stream !== undefined && typeof v.stream !== 'boolean') return 'stream';
+  }
+  if (!Array.isArray(v.messages)) return 'messages';
+  for (const m of v.messages) {
+    if (!isObject(m) || typeof m.role !== 'string') return 'message role';
+    if (!(typeof m.content === 'string' || (Array.isArray(m.content) && m.content.every(isBlock)))) return 'message content';
+  }
+  if (v.system !== undefined && !(typeof v.system === 'string' || (Array.isArray(v.system) && v.system.every(isBlock)))) return 'system';
+  return undefined;
+}
+
+/** DESIGN §4 routing, restated: claude-* → Anthropic; gpt-*, chatgpt-*, o1*, o3*, o4* → OpenAI; or:<id> and the rest → OpenRouter. */
+export function providerOf(model: string): { provider: PriceProvider; upstream: string } {
+  if (model.startsWith('or:')) return { provider: 'openrouter', upstream: model.slice(3) };
+  if (model.startsWith('claude-')) return { provider: 'anthropic', upstream: model };
+  if (/^(gpt-|chatgpt-|o1|o3|o4)/.test(model)) return { provider: 'openai', upstream: model };
+  return { provider: 'openrouter', upstream: model };
+}
+
+/** The fuzz project's custom prices (set in the fuzz files' beforeAll). */
+export const CUSTOM_PRICES = { [MODELS.openrouterPriced]: { inputUsdPerMtok: 1, outputUsdPerMtok: 2 } };
+
+export function isPriced(model: string): boolean {
+  const { provider, upstream } = providerOf(model);
+  return priceFor(model, provider, CUSTOM_PRICES) !== undefined || priceFor(upstream, provider, CUSTOM_PRICES) !== undefined;
+}
+
+/** Plain enough that translation to Chat Completions must succeed: user/assistant text only, nothing extra. */
+function plain(body: Record<string, unknown>): boolean {
+  const textOnly = (c: unknown) => typeof c === 'string' || (Array.isArray(c) && c.every((b) => isObject(b) && b.type === 'text' && typeof b.text === 'string'));
+  const messages = body.messages as Record<string, unknown>[];
+  return (
+    Object.keys(body).every((k) => ['model', 'max_tokens', 'messages', 'system', 'stream'].includes(k)) &&
+    messages.length > 0 &&
+    messages.every((m) => (m.role === 'user' || m.role === 'assistant') && textOnly(m.content)) &&
+    (body.system === undefined || textOnly(body.system))
+  );
+}
+
+function modelOutcome(body: Record<string, unknown>, route: 'messages' | 'count_tokens'): { statuses: number[]; why: string } {
+  const model = body.model as string;
+  const { provider } = providerOf(model);
+  if (provider === 'anthropic') {
+    if (route === 'count_tokens') return { statuses: [200], why: `count_tokens for ${model}` };
+    return isPriced(model) ? { statuses: [200], why: `priced Claude model ${model}` } : { statuses: [400], why: `unpriced model ${model}` };
+  }
+  // OpenAI and OpenRouter keys are set on the fuzz project; translation may refuse what it cannot map (400).
+  if (route === 'messages' && !isPriced(model)) return { statuses: [400], why: `unpriced model ${JSON.stringify(model)}` };
+  return plain(body) ? { statuses: [200], why: `plain request translated for ${provider}` } : { statuses: [200, 400], why: `request translated for ${provider}` };
+}
