@@ -1,3 +1,5 @@
+import { hasDuplicateKeys } from '../../lambdas/auth/json-keys.ts';
+import { jsonDepth } from '../../lambdas/http/body.ts';
 import { priceFor, type PriceProvider } from '../../lambdas/pricing/prices.ts';
 import type { Credentials, FuzzContext, GoodToken } from '../fuzz/arbitraries.ts';
 import { MODELS, validLimit } from '../fuzz/arbitraries.ts';
@@ -145,50 +147,6 @@ type Judged = { ok: false; statuses: number[]; why: string } | { ok: true; body:
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isBlock = (v: unknown) => isObject(v) && typeof v.type === 'string';
 
-/** Deepest nesting of arrays and objects in a JSON text, brackets inside strings not counted. */
-export function jsonNesting(text: string): number {
-  let depth = 0;
-  let max = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (c === '"') {
-      for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === '\\') i++;
-    } else if (c === '[' || c === '{') max = Math.max(max, ++depth);
-    else if (c === ']' || c === '}') depth--;
-  }
-  return max;
-}
-
-/** Whether some object of a (valid) JSON text names a key twice. */
-export function duplicateKeys(text: string): boolean {
-  const stack: (Set<string> | null)[] = [];
-  let expectKey = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (c === '{') {
-      stack.push(new Set());
-      expectKey = true;
-    } else if (c === '[') {
-      stack.push(null);
-      expectKey = false;
-    } else if (c === '}' || c === ']') stack.pop();
-    else if (c === ',') expectKey = stack.at(-1) instanceof Set;
-    else if (c === '"') {
-      let j = i + 1;
-      for (; j < text.length && text[j] !== '"'; j++) if (text[j] === '\\') j++;
-      if (expectKey) {
-        const key = JSON.parse(text.slice(i, j + 1)) as string;
-        const keys = stack.at(-1) as Set<string>;
-        if (keys.has(key)) return true;
-        keys.add(key);
-        expectKey = false;
-      }
-      i = j;
-    }
-  }
-  return false;
-}
-
 function validUtf8(bytes: Buffer): boolean {
   try {
     new TextDecoder('utf-8', { fatal: true }).decode(bytes);
@@ -210,7 +168,7 @@ export function judgeBody(bytes: Buffer, route: 'messages' | 'count_tokens', ctx
     text = text.slice(1);
     alsoAllowed.push(400);
   }
-  const depth = jsonNesting(text);
+  const depth = jsonDepth(text);
   if (depth > maxJsonDepth) return { ok: false, statuses: [400], why: `JSON nested ${depth} deep` };
   let value: unknown;
   try {
@@ -218,7 +176,7 @@ export function judgeBody(bytes: Buffer, route: 'messages' | 'count_tokens', ctx
   } catch {
     return { ok: false, statuses: [400], why: 'not JSON' };
   }
-  if (duplicateKeys(text)) alsoAllowed.push(400);
+  if (hasDuplicateKeys(text)) alsoAllowed.push(400);
   const problem = schemaProblem(value, route, maxTokensCeiling);
   if (problem) return { ok: false, statuses: [400], why: problem };
   return { ok: true, body: value as Record<string, unknown>, alsoAllowed, why: 'valid body' };
