@@ -1,10 +1,8 @@
-import type { ModelPricing } from '../pricing/prices.ts';
-import type { MessagesRequest } from '../providers/types.ts';
 import { routeModel } from '../routing/route.ts';
 
 /**
  * An UPPER BOUND on the input tokens a provider bills for a request, computed before the provider counts, so that the
- * reservation (`worstCaseMicros`) is never smaller than what the request can cost. The same body may go to Anthropic
+ * reservation (`worstCaseMicros` in admission.ts) is never smaller than what the request can cost. The same body may go to Anthropic
  * unchanged or be translated for OpenAI / OpenRouter (lambdas/providers/openai/request.ts), so every term holds for
  * both. Each term says why it is a bound, and what it assumes where the provider documents nothing better.
  *
@@ -345,12 +343,4 @@ export function estimateInputTokens(body: EstimatedBody): number {
   }
   if (citations) tokens += SYSTEM_PREAMBLE_TOKENS;
   return Math.ceil(tokens + bytes);
-}
-
-/** Worst case in microdollars: every input token at the dearest input rate (cache writes cost more) + max_tokens of output. */
-export function worstCaseMicros(pricing: ModelPricing, body: MessagesRequest): number {
-  const inputTokens = estimateInputTokens(body);
-  const rates = pricing.rates(inputTokens);
-  const dearestInput = Math.max(rates.input, rates.cacheWrite, rates.cacheWrite1h, rates.cacheRead);
-  return Math.ceil((inputTokens * dearestInput + body.max_tokens * rates.output) / 1_000_000);
 }

@@ -55,7 +55,7 @@ type Rng = ReturnType<typeof rng>;
 
 const cp = (code: number) => String.fromCodePoint(code);
 /** Characters appended until the text reaches `length` UTF-16 units. */
-function fill(r: Rng, length: number, piece: () => string): string {
+function fill(length: number, piece: () => string): string {
   let out = '';
   while (out.length < length) out += piece();
   return out;
@@ -91,21 +91,21 @@ const from = (r: Rng, ranges: readonly [number, number][]) => {
 
 const CORPUS: Record<string, (r: Rng, length: number) => string> = {
   prose: (r, length) =>
-    fill(r, length, () => {
+    fill(length, () => {
       const words = Array.from({ length: r.int(4, 18) }, () => r.pick(WORDS));
       if (r.next() < 0.2) words.push(String(r.int(0, 100_000)));
       const sentence = words.join(' ');
       return `${sentence[0]!.toUpperCase()}${sentence.slice(1)}${r.pick(['.', '.', '.', '?', '!', ';', ':'])} ${r.next() < 0.1 ? '\n\n' : ''}`;
     }),
   'random unicode (all planes)': (r, length) =>
-    fill(r, length, () => {
+    fill(length, () => {
       const plane = r.pick([0, 0, 0, 1, 1, 2, 3, 14, 15, 16]);
       let code = plane * 0x10000 + r.int(0, 0xffff);
       if (code >= 0xd800 && code <= 0xdfff) code += 0x800; // surrogates have their own class
       return cp(code);
     }),
   CJK: (r, length) =>
-    fill(r, length, () =>
+    fill(length, () =>
       r.next() < 0.05
         ? r.pick(['。', '、', '「', '」', ' ', 'AI ', '2025年'])
         : from(r, [[0x4e00, 0x9fff], [0x3400, 0x4dbf], [0x20000, 0x2a6df], [0x3041, 0x3096], [0x30a1, 0x30fa], [0xac00, 0xd7a3], [0x3000, 0x303f]]),
@@ -128,7 +128,7 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
           return `${person()}\u200d${cp(r.pick([0x2764, 0x1f4bb, 0x1f52c, 0x1f680, 0x2695]))}\ufe0f`;
       }
     };
-    return fill(r, length, () => emoji() + (r.next() < 0.25 ? r.pick([' ', '\n', ' ok ']) : ''));
+    return fill(length, () => emoji() + (r.next() < 0.25 ? r.pick([' ', '\n', ' ok ']) : ''));
   },
   'base64 blobs': (r, length) => {
     const bytes = Buffer.from(Array.from({ length: Math.ceil((length * 3) / 4) }, () => r.int(0, 255)));
@@ -136,7 +136,7 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
     return r.next() < 0.3 ? (b64.match(/.{1,76}/g) ?? []).join('\n') : b64;
   },
   'source code': (r, length) =>
-    fill(r, length, () => {
+    fill(length, () => {
       const id = () => r.pick(['user', 'budget', 'req', 'ctx', 'tokens', 'i', 'x', 'result', 'handler', 'ŝtate', 'données']) + (r.next() < 0.5 ? String(r.int(0, 99)) : '');
       switch (r.int(0, 4)) {
         case 0:
@@ -152,12 +152,12 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
       }
     }),
   'long digit strings': (r, length) =>
-    fill(r, length, () => {
+    fill(length, () => {
       const digits = Array.from({ length: r.int(10, 400) }, () => String(r.int(0, 9))).join('');
       return r.pick([digits, `${digits}.${r.int(0, 99_999)}`, Number(digits.slice(0, 12)).toLocaleString('en-US'), `${digits} `]);
     }),
   'whitespace runs': (r, length) =>
-    fill(r, length, () => r.pick([' ', '\t', '\n', '\r\n', '\u00a0', '\u3000', '\u2003', '\u200b', '\u2028', '\v', '\f']).repeat(r.int(1, 300)) + (r.next() < 0.3 ? r.pick(WORDS) : '')),
+    fill(length, () => r.pick([' ', '\t', '\n', '\r\n', '\u00a0', '\u3000', '\u2003', '\u200b', '\u2028', '\v', '\f']).repeat(r.int(1, 300)) + (r.next() < 0.3 ? r.pick(WORDS) : '')),
   'repeated single character': (() => {
     let at = 0;
     return (_r: Rng, length: number) => {
@@ -166,7 +166,7 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
     };
   })(),
   'mixed scripts': (r, length) =>
-    fill(r, length, () => {
+    fill(length, () => {
       const [lo, hi] = r.pick(SCRIPTS);
       let word = Array.from({ length: r.int(1, 9) }, () => cp(r.int(lo, hi))).join('');
       if (r.next() < 0.2) word += cp(r.pick(COMBINING));
@@ -177,12 +177,12 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
     const values = fc.sample(fc.jsonValue({ maxDepth: 6 }), { seed: SEED, numRuns: 400 });
     let at = 0;
     return (r: Rng, length: number) =>
-      fill(r, length, () => JSON.stringify(values[at++ % values.length], null, r.pick([undefined, 2, '\t'])) + (r.next() < 0.5 ? ',\n' : ''));
+      fill(length, () => JSON.stringify(values[at++ % values.length], null, r.pick([undefined, 2, '\t'])) + (r.next() < 0.5 ? ',\n' : ''));
   })(),
-  'NFKC-expanding compatibility characters': (r, length) => fill(r, length, () => from(r, NFKC_EXPANDING) + (r.next() < 0.1 ? ' ' : '')),
-  'NFKC-shrinking compatibility characters': (r, length) => fill(r, length, () => from(r, NFKC_SHRINKING) + (r.next() < 0.1 ? ' ' : '')),
+  'NFKC-expanding compatibility characters': (r, length) => fill(length, () => from(r, NFKC_EXPANDING) + (r.next() < 0.1 ? ' ' : '')),
+  'NFKC-shrinking compatibility characters': (r, length) => fill(length, () => from(r, NFKC_SHRINKING) + (r.next() < 0.1 ? ' ' : '')),
   'lone surrogates and controls': (r, length) =>
-    fill(r, length, () => String.fromCharCode(r.pick([r.int(0xd800, 0xdfff), r.int(0, 0x1f), r.int(0x7f, 0x9f), 0xfffe, 0xffff, 0xfeff, r.int(0x20, 0x7e)]))),
+    fill(length, () => String.fromCharCode(r.pick([r.int(0xd800, 0xdfff), r.int(0, 0x1f), r.int(0x7f, 0x9f), 0xfffe, 0xffff, 0xfeff, r.int(0x20, 0x7e)]))),
 };
 
 /**
