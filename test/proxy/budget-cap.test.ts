@@ -205,3 +205,22 @@ describe('never trust a number blindly', () => {
     if (!stream) expect(res.headers.get('x-gateway-cost-microdollars')).toBe(String(expected));
   });
 });
+
+describe('overrun', () => {
+  it.each([false, true])('a provider counting more input than the bound is charged in full, the excess shown as ai.overrun (stream: %s)', async (stream) => {
+    const u = await user(10_000_000);
+    const body = ask('short [[words:2]] [[usage:input=900000]]', 50, stream ? { stream: true } : {});
+    const reserved = worstCaseMicros(worstCaseOf(pricing, body as MessagesRequest, 0), 50);
+    const res = await post(u.token, body);
+    expect(res.status).toBe(200);
+    await res.text();
+    const truth = charge(pricing, { input_tokens: 900_000, output_tokens: 2 }).microdollars;
+    expect(truth).toBeGreaterThan(reserved);
+    const usage = await u.usage();
+    expect(usage.used.ai).toBe(truth);
+    expect(usage.overrun).toBe(truth - reserved);
+    expect(usage.openHolds).toBe(0);
+    const report = (await (await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${u.token}` } })).json()) as { ai: { overrun: number } };
+    expect(report.ai.overrun).toBe(truth - reserved);
+  });
+});

@@ -171,7 +171,7 @@ export async function startAnthropicUpstream(opts?: StartUpstreamOptions): Promi
     const stopReason = stopReasonOf(plan);
     const estimate = estimateInputTokens(body);
     const usage: AnthropicUsage = {
-      input_tokens: Math.max(0, estimate - d.cacheRead - d.cacheWrite),
+      input_tokens: d.reportedInput ?? Math.max(0, estimate - d.cacheRead - d.cacheWrite),
       output_tokens: plan.outputTokens,
       cache_creation_input_tokens: d.cacheWrite,
       cache_read_input_tokens: d.cacheRead,

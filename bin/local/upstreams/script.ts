@@ -28,7 +28,8 @@
  *                             (`usage.server_tool_use.web_search_requests`, JSON and final SSE usage)
  *   [[usage:MODE]]            Anthropic only: misreport usage, to test the gateway's distrust —
  *                             `missing` (no usage at all), `absurd` (every count 1e301),
- *                             `empty` (usage objects with no fields)
+ *                             `empty` (usage objects with no fields), or `input=N` (report N input
+ *                             tokens: a provider counting more than the gateway's bound)
  *
  * A directive with a malformed argument (e.g. `[[words:abc]]`, invalid tool JSON) makes the
  * upstream answer 400 invalid_request_error naming the directive.
@@ -83,6 +84,7 @@ export interface Directives {
   cost?: number;
   webSearches?: number;
   usageMode?: 'missing' | 'absurd' | 'empty';
+  reportedInput?: number;
 }
 
 export interface ParsedScript {
@@ -237,7 +239,12 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
     }
     case 'usage': {
       const mode = (arg ?? '').trim();
-      if (mode !== 'missing' && mode !== 'absurd' && mode !== 'empty') return bad('expected [[usage:missing|absurd|empty]]');
+      const input = /^input=(\d+)$/.exec(mode);
+      if (input) {
+        d.reportedInput = Number(input[1]);
+        return;
+      }
+      if (mode !== 'missing' && mode !== 'absurd' && mode !== 'empty') return bad('expected [[usage:missing|absurd|empty|input=N]]');
       d.usageMode = mode;
       return;
     }
