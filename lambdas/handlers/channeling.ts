@@ -1,7 +1,7 @@
 import middy from '@middy/core';
 import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
 import type { LambdaFunctionURLEvent } from 'aws-lambda';
-import { clientGoneSignal, requestFromFunctionUrl, streamingHandler, streamingResultFrom } from '../http/function-url.ts';
+import { requestFromFunctionUrl, streamingHandler, streamingResultFrom } from '../http/function-url.ts';
 import { logger } from '../observability/logger.ts';
 import { proxyApp } from '../proxy/app.ts';
 import { settlementsInFlight } from '../proxy/messages.ts';
@@ -20,7 +20,7 @@ const proxied = middy<LambdaFunctionURLEvent>({
   requestEnd: settlementsInFlight,
 })
   .use(observability())
-  .handler(async (event, context) => streamingResultFrom(await app.fetch(() => requestFromFunctionUrl(event, clientGoneSignal(context)))));
+  .handler(async (event) => streamingResultFrom(await app.fetch(() => requestFromFunctionUrl(event))));
 
 export const handler = streamingHandler(proxied as never, (err) =>
   logger.info('client disconnected before the response was complete', { error: (err as Error)?.message }),

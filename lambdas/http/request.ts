@@ -16,8 +16,6 @@ export interface RawRequest {
   query?: string;
   headers: Headers;
   body?: string | Buffer;
-  /** Aborted when the client goes away. */
-  signal?: AbortSignal;
 }
 
 export function buildRequest(raw: RawRequest): Request {
@@ -33,7 +31,7 @@ export function buildRequest(raw: RawRequest): Request {
     throw new ClientError(400, 'invalid_request', 'The request path is not a valid URL path');
   }
   const hasBody = raw.body !== undefined && raw.body !== null && method !== 'GET' && method !== 'HEAD';
-  return new Request(url, { method: raw.method, headers: raw.headers, body: hasBody ? (raw.body as BodyInit) : undefined, signal: raw.signal });
+  return new Request(url, { method: raw.method, headers: raw.headers, body: hasBody ? (raw.body as BodyInit) : undefined });
 }
 
 /** Copies event headers into a Headers object, skipping values the Fetch standard cannot hold instead of failing. */

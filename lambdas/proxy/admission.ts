@@ -92,7 +92,8 @@ function floorOf(body: MessagesRequest): number {
 
 export async function admit(caller: Caller, pricing: ModelPricing, clientBody: MessagesRequest, now = new Date()): Promise<Admission> {
   const bounded = boundedTools(clientBody, pricing);
-  const worstCase = worstCaseOf(pricing, clientBody, bounded.uses);
+  // The bound is taken on the body as it will be forwarded (a `max_uses` the gateway adds is input too).
+  const worstCase = worstCaseOf(pricing, bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody, bounded.uses);
   const floor = floorOf(clientBody);
   let maxTokens = clientBody.max_tokens;
   let usage: WindowUsage | undefined;

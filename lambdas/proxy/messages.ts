@@ -16,9 +16,10 @@ import { providerKeyFor } from '../registry/registry.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import type { Project } from '../registry/model.ts';
 import { routeModel, type Route } from '../routing/route.ts';
+import { readWithin } from '../streaming/idle-timeout.ts';
 import { encodeSse } from '../streaming/sse.ts';
 import { authenticate } from './caller.ts';
-import { envelopeResponse, errorResponse } from './errors.ts';
+import { envelopeResponse } from './errors.ts';
 import { admit } from './admission.ts';
 import { producedByMessage, trustedAnthropicUsage } from '../metering/usage.ts';
 import { CountTokensBody, describeIssue, MessagesBody } from './schema.ts';
@@ -140,24 +141,17 @@ export async function handleMessages(req: Request): Promise<Response> {
   const forwarded: Prepared =
     admission.body === body ? prepared : { ...prepared, body: admission.body, rawBody: JSON.stringify(admission.body) };
   const clampHeaders: Record<string, string> = admission.clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(admission.clampedMaxTokens) };
+  // A client that leaves before the answer does not stop the provider's bill, so the call is not abandoned: a JSON
+  // answer is awaited and charged as counted, a stream is read until the provider has reported its input (see
+  // meteredStream). Only a mid-stream departure stops the upstream.
   const abort = new AbortController();
-  // A client gone before the answer arrives: stop waiting on the upstream (no answer was delivered, so, like any
-  // upstream call that ends without one, it is not charged).
-  const onClientGone = () => abort.abort();
-  req.signal.addEventListener('abort', onClientGone, { once: true });
   const started = Date.now();
   let result: ProviderResult;
   try {
     result = await prepared.provider.send(providerRequest(forwarded, req, abort.signal));
   } catch (err) {
     await settleCharge(reservation, 0, { model: body.model });
-    if (req.signal.aborted) {
-      accessRecord().clientClosed = true;
-      return errorResponse(499, 'api_error', 'The client closed the request before the answer');
-    }
     throw err;
-  } finally {
-    req.signal.removeEventListener('abort', onClientGone);
   }
   const log = accessRecord();
   log.upstreamMs = Date.now() - started;
@@ -174,7 +168,8 @@ export async function handleMessages(req: Request): Promise<Response> {
     if (!trusted) untrustedUsage(context, 'message');
     const tokens = trusted ?? {
       input_tokens: admission.worstCase.inputTokens,
-      output_tokens: producedByMessage(result.message.content),
+      // The provider cannot have produced more than it was allowed: the estimate stays inside the reservation.
+      output_tokens: Math.min(producedByMessage(result.message.content), admission.body.max_tokens),
     };
     const micros = reportedCost(result.reportedCostMicros, context) ?? charge(pricing, tokens).microdollars;
     const outcome = await settleCharge(reservation, micros, context);
@@ -185,8 +180,11 @@ export async function handleMessages(req: Request): Promise<Response> {
   }
 
   const charged = (meter: StreamMeter) => {
-    if (meter.estimated) untrustedUsage(context, 'stream');
-    return reportedCost(result.reportedCostMicros?.(), context) ?? charge(pricing, meter.tokens(admission.worstCase.inputTokens)).microdollars;
+    if (meter.usageUntrusted) untrustedUsage(context, 'stream');
+    return (
+      reportedCost(result.reportedCostMicros?.(), context) ??
+      charge(pricing, meter.tokens(admission.worstCase.inputTokens, admission.body.max_tokens)).microdollars
+    );
   };
   return new Response(meteredStream(result, charged, reservation, abort, context, log), {
     headers: { ...clampHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' },
@@ -228,10 +226,15 @@ export function unsettledStreams(): number {
   return settling.size;
 }
 
+/** How long a stream whose client left may still be read to learn the input count the provider reports. */
+const INPUT_REPORT_WAIT_MS = 5_000;
+
 /**
  * Passes the provider's SSE bytes through as they arrive while the meter reads the usage. The charge is settled
  * before the stream closes (so a Lambda never freezes with it pending); a broken upstream becomes an `event: error`;
- * a client that goes away aborts the upstream and is charged for what was produced.
+ * a client that goes away aborts the upstream and is charged for what was produced — after reading on, briefly, to
+ * the provider's `message_start` if it left before that, so the input is charged as the provider counted it rather
+ * than at the gateway's bound.
  */
 function meteredStream(
   result: Extract<ProviderResult, { kind: 'stream' }>,
@@ -244,16 +247,28 @@ function meteredStream(
   const reader = result.body.getReader();
   const meter = new StreamMeter();
   let settled: Promise<unknown> | undefined;
-  const finish = () => {
+  // Registered in `settling` at once (before `before` runs), so the handler's wait for settlements already sees it.
+  const finish = (before?: () => Promise<void>) => {
     if (!settled) {
-      meter.end();
-      const micros = charged(meter);
-      log.costMicrodollars = micros;
-      const pending = settleCharge(reservation, micros, context).finally(() => settling.delete(pending));
+      const pending = (async () => {
+        await before?.().catch(() => undefined);
+        meter.end();
+        const micros = charged(meter);
+        log.costMicrodollars = micros;
+        return settleCharge(reservation, micros, context);
+      })().finally(() => settling.delete(pending));
       settling.add(pending);
       settled = pending;
     }
     return settled;
+  };
+  const readToInputReport = async () => {
+    const deadline = Date.now() + INPUT_REPORT_WAIT_MS;
+    while (!meter.inputReported && Date.now() < deadline) {
+      const { done, value } = await readWithin(reader.read(), Math.max(1, deadline - Date.now()));
+      if (done) return;
+      meter.push(value);
+    }
   };
   return new ReadableStream<Uint8Array>(
     {
@@ -283,11 +298,10 @@ function meteredStream(
         }
       },
       async cancel() {
-        // Registered before anything is awaited, so the handler's wait for settlements already sees it.
-        const charged = finish();
+        const charged = finish(readToInputReport);
+        await charged;
         abort.abort();
         await reader.cancel().catch(() => undefined);
-        await charged;
       },
     },
     { highWaterMark: 0 },

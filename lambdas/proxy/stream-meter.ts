@@ -88,14 +88,25 @@ export class StreamMeter {
     if (u.server_tool_use !== undefined && u.server_tool_use !== null) this.usage.web_search_requests = trusted.web_search_requests;
   }
 
-  /** True when the charge leans on the gateway's own count: input never reported, or a figure was implausible. */
-  get estimated(): boolean {
-    return !this.inputSeen || this.implausible || !this.outputSeen || this.usage.output_tokens < this.deltas;
+  /** True once the provider has reported the input side (message_start). */
+  get inputReported(): boolean {
+    return this.inputSeen;
   }
 
-  /** Usage to charge; `inputBound` stands in for an input count the stream never reported. */
-  tokens(inputBound: number): TokenUsage {
-    const produced = estimateProducedTokens(this.deltas, this.producedChars);
+  /**
+   * The provider's usage could not be trusted: a figure was implausible, or a stream that completed (message_stop)
+   * lacked its counts. A stream cut short is charged from what was produced too, but that is expected, not distrust.
+   */
+  get usageUntrusted(): boolean {
+    return this.implausible || (this.stopSeen && (!this.inputSeen || !this.outputSeen || this.usage.output_tokens < this.deltas));
+  }
+
+  /**
+   * Usage to charge; `inputBound` stands in for an input count the stream never reported, and the produced-token
+   * estimate never exceeds `maxTokens` (the provider cannot have produced more), so it stays inside the reservation.
+   */
+  tokens(inputBound: number, maxTokens: number): TokenUsage {
+    const produced = Math.min(estimateProducedTokens(this.deltas, this.producedChars), maxTokens);
     const output = this.outputSeen && this.usage.output_tokens >= this.deltas ? this.usage.output_tokens : Math.max(this.usage.output_tokens, produced);
     return { ...this.usage, input_tokens: this.inputSeen ? this.usage.input_tokens : inputBound, output_tokens: output };
   }

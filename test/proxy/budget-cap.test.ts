@@ -206,6 +206,20 @@ describe('never trust a number blindly', () => {
   });
 });
 
+describe('the gateway\'s own count never breaks the cap', () => {
+  it.each([false, true])('an output estimate larger than max_tokens is held to max_tokens (stream: %s)', async (stream) => {
+    const u = await user(10_000_000);
+    // 50 words of "wordN " are about 80 tokens by characters ÷ 4, but the answer was capped at 50 tokens
+    const body = ask('[[words:100]] [[usage:missing]]', 50, stream ? { stream: true } : {});
+    const res = await post(u.token, body);
+    expect(res.status).toBe(200);
+    await res.text();
+    const usage = await u.usage();
+    expect(usage.used.ai).toBe(charge(pricing, { input_tokens: estimateInputTokens(body as MessagesRequest), output_tokens: 50 }).microdollars);
+    expect(usage.overrun).toBe(0);
+  });
+});
+
 describe('overrun', () => {
   it.each([false, true])('a provider counting more input than the bound is charged in full, the excess shown as ai.overrun (stream: %s)', async (stream) => {
     const u = await user(10_000_000);
