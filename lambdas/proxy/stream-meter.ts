@@ -1,5 +1,5 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import { estimateProducedTokens, plausibleCount, trustedAnthropicUsage } from '../metering/usage.ts';
+import { estimateProducedTokens, trustedAnthropicUsage } from '../metering/usage.ts';
 import type { TokenUsage } from '../pricing/prices.ts';
 import { SseDecoder } from '../streaming/sse.ts';
 
@@ -60,32 +60,32 @@ export class StreamMeter {
   }
 
   /**
-   * message_start's usage has every field; message_delta's may carry only some (cumulative). A field is taken only
-   * when plausible; an implausible one is noted and left out.
+   * message_start's usage has every field; message_delta's repeats only some (cumulative), and may give the others as
+   * null (the SDK types them `number | null`): a null is an absent field, not a bad one. Every field present is
+   * judged by the one trust rule (metering/usage.ts); if any is implausible the whole object is noted and left out.
    */
   private merge(raw: unknown, phase: 'start' | 'delta'): void {
     if (!raw || typeof raw !== 'object') return;
-    const u = raw as Record<string, unknown>;
-    // Filling the required fields lets the one trust rule (metering/usage.ts) judge the optional ones too.
+    const u = Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== null && v !== undefined));
+    // Filling the required fields lets the trust rule judge an object that repeats only some of them.
     const trusted = trustedAnthropicUsage({ input_tokens: 0, output_tokens: 0, ...u });
-    const fields = ['input_tokens', 'output_tokens', 'cache_read_input_tokens', 'cache_creation_input_tokens'] as const;
-    if (!trusted || fields.some((f) => u[f] !== undefined && u[f] !== null && !plausibleCount(u[f]))) {
+    if (!trusted) {
       this.implausible = true;
       return;
     }
-    if (plausibleCount(u.input_tokens)) {
-      this.usage.input_tokens = u.input_tokens;
+    if ('input_tokens' in u) {
+      this.usage.input_tokens = trusted.input_tokens;
       this.inputSeen = true;
     }
-    if (plausibleCount(u.output_tokens)) {
+    if ('output_tokens' in u) {
       // message_start's count is what was produced so far; only message_delta's is the final one.
-      this.usage.output_tokens = u.output_tokens;
+      this.usage.output_tokens = trusted.output_tokens;
       if (phase === 'delta') this.outputSeen = true;
     }
-    if (plausibleCount(u.cache_read_input_tokens)) this.usage.cache_read_input_tokens = u.cache_read_input_tokens;
-    if (plausibleCount(u.cache_creation_input_tokens)) this.usage.cache_creation_input_tokens = u.cache_creation_input_tokens;
-    if (u.cache_creation !== undefined && u.cache_creation !== null) this.usage.cache_creation_1h_input_tokens = trusted.cache_creation_1h_input_tokens;
-    if (u.server_tool_use !== undefined && u.server_tool_use !== null) this.usage.web_search_requests = trusted.web_search_requests;
+    if ('cache_read_input_tokens' in u) this.usage.cache_read_input_tokens = trusted.cache_read_input_tokens;
+    if ('cache_creation_input_tokens' in u) this.usage.cache_creation_input_tokens = trusted.cache_creation_input_tokens;
+    if ('cache_creation' in u) this.usage.cache_creation_1h_input_tokens = trusted.cache_creation_1h_input_tokens;
+    if ('server_tool_use' in u) this.usage.web_search_requests = trusted.web_search_requests;
   }
 
   /** True once the provider has reported the input side (message_start). */
