@@ -2,9 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { metrics, MetricUnit } from '../observability/metrics.ts';
-import { readBodyText } from './body.ts';
+import { refuseDeclaredOversize } from './body.ts';
 import { ClientError } from './errors.ts';
-import { MAX_BODY_BYTES } from './limits.ts';
 import type { Router } from './router.ts';
 
 /**
@@ -39,8 +38,8 @@ export function httpApp(spec: AppSpec): HttpApp {
           const req = typeof input === 'function' ? input() : input;
           record.method = req.method;
           record.path = new URL(req.url).pathname;
-          // Refused before a byte is read when the client declares it (readBodyText checks what actually came).
-          if (Number(req.headers.get('content-length')) > MAX_BODY_BYTES) await readBodyText(req);
+          // On every route, bodies or not (readBodyText also checks what actually came).
+          refuseDeclaredOversize(req);
           res = await spec.router.handle(req);
         } catch (err) {
           if (err instanceof ClientError) {

@@ -1,14 +1,18 @@
 import { ClientError } from './errors.ts';
 import { MAX_BODY_BYTES, MAX_JSON_DEPTH } from './limits.ts';
 
-/**
- * Reads a request body as text, refusing it (413) over MAX_BODY_BYTES. A declared `content-length` over the limit
- * is refused before anything is read; the local runtime stops buffering just past the limit, so what reaches here
- * is never much larger.
- */
-export async function readBodyText(req: Request): Promise<string> {
+/** Refuses (413) a request whose declared `content-length` is over MAX_BODY_BYTES, before a byte is read. */
+export function refuseDeclaredOversize(req: Request): void {
   const declared = Number(req.headers.get('content-length'));
   if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) throw tooLarge(declared);
+}
+
+/**
+ * Reads a request body as text, refusing it (413) over MAX_BODY_BYTES: by its declared length first, then by what
+ * actually came. The local runtime stops buffering just past the limit, so what reaches here is never much larger.
+ */
+export async function readBodyText(req: Request): Promise<string> {
+  refuseDeclaredOversize(req);
   const bytes = new Uint8Array(await req.arrayBuffer());
   if (bytes.byteLength > MAX_BODY_BYTES) throw tooLarge(bytes.byteLength);
   return new TextDecoder().decode(bytes);
