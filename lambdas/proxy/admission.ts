@@ -92,8 +92,9 @@ function floorOf(body: MessagesRequest): number {
 
 export async function admit(caller: Caller, pricing: ModelPricing, clientBody: MessagesRequest, now = new Date()): Promise<Admission> {
   const bounded = boundedTools(clientBody, pricing);
-  // The bound is taken on the body as it will be forwarded (a `max_uses` the gateway adds is input too).
-  const worstCase = worstCaseOf(pricing, bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody, bounded.uses);
+  // The body as it will be forwarded (a `max_uses` the gateway adds is input too); only max_tokens may change later.
+  const forwarded = bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody;
+  const worstCase = worstCaseOf(pricing, forwarded, bounded.uses);
   const floor = floorOf(clientBody);
   let maxTokens = clientBody.max_tokens;
   let usage: WindowUsage | undefined;
@@ -102,8 +103,8 @@ export async function admit(caller: Caller, pricing: ModelPricing, clientBody: M
     const result = await reserve({ caller, amounts: { ai: worstCaseMicros(worstCase, maxTokens), compute: 0 }, enforce: ['ai'], now });
     if (result.ok) {
       const clamped = maxTokens < clientBody.max_tokens;
-      const body = clamped || bounded.changed ? { ...clientBody, max_tokens: maxTokens, ...(bounded.changed ? { tools: bounded.tools } : {}) } : clientBody;
-      return { reservation: result.reservation, body: body as MessagesRequest, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase };
+      const body = clamped ? { ...forwarded, max_tokens: maxTokens } : forwarded;
+      return { reservation: result.reservation, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase };
     }
     usage = result.usage;
     const room = caller.budget.ai - usage.used.ai - usage.reserved.ai;
