@@ -4,13 +4,11 @@ import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent } from 'aws-lambda';
-import { MAX_INVOCATION_SECONDS, resetEnv } from '../../lambdas/config/env.ts';
+import { MAX_INVOCATION_SECONDS } from '../../lambdas/config/env.ts';
+import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
 import { formatAccessLine, setAccessLogSink } from '../../lambdas/observability/access-log.ts';
-import { resetDocumentClient } from '../../lambdas/store/dynamo.ts';
-import { resetKeyCipher } from '../../lambdas/registry/key-cipher.ts';
-import { clearProjectCache } from '../../lambdas/registry/project-cache.ts';
 import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
 import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, splitTarget } from './events.ts';
@@ -112,10 +110,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       ...upstreamEnv,
       ...opts.env,
     });
-    resetEnv();
-    resetDocumentClient();
-    resetKeyCipher();
-    clearProjectCache();
+    resetInstanceState();
 
     const scheduler = new LocalScheduler({
       file: dataDir ? join(dataDir, 'schedules.json') : undefined,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { instanceValue } from '../instance/state.ts';
 
 /**
  * Typed configuration read from the environment once per process.
@@ -46,14 +47,5 @@ const EnvSchema = z.object({
 
 export type Env = z.infer<typeof EnvSchema>;
 
-let cached: Env | undefined;
-
-export function env(): Env {
-  cached ??= EnvSchema.parse(process.env);
-  return cached;
-}
-
-/** Tests and the local runtime change the environment before handlers load; this forgets the parsed copy. */
-export function resetEnv(): void {
-  cached = undefined;
-}
+/** Parsed once per instance; tests and the local runtime change the environment and call resetInstanceState(). */
+export const env = instanceValue((): Env => EnvSchema.parse(process.env));

@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DecryptCommand, EncryptCommand, KMSClient } from '@aws-sdk/client-kms';
 import { env } from '../config/env.ts';
+import { instanceValue } from '../instance/state.ts';
 
 /**
  * Encrypts projects' provider keys at rest. In AWS the key never leaves KMS; locally an AES-256-GCM key in a file
@@ -77,19 +78,10 @@ export class LocalKeyCipher implements KeyCipher {
   }
 }
 
-let configured: KeyCipher | undefined;
-
-/** The cipher this process is configured for: KMS when a key id is set, else the local key file. */
-export function keyCipher(): KeyCipher {
-  if (!configured) {
-    const { PROVIDER_KEYS_KMS_KEY_ID, PROVIDER_KEYS_LOCAL_KEY_FILE, AWS_REGION } = env();
-    if (PROVIDER_KEYS_KMS_KEY_ID) configured = new KmsKeyCipher(PROVIDER_KEYS_KMS_KEY_ID, AWS_REGION);
-    else if (PROVIDER_KEYS_LOCAL_KEY_FILE) configured = new LocalKeyCipher(PROVIDER_KEYS_LOCAL_KEY_FILE);
-    else throw new Error('No provider-key cipher configured: set PROVIDER_KEYS_KMS_KEY_ID or PROVIDER_KEYS_LOCAL_KEY_FILE');
-  }
-  return configured;
-}
-
-export function resetKeyCipher(): void {
-  configured = undefined;
-}
+/** The cipher this instance is configured for: KMS when a key id is set, else the local key file. */
+export const keyCipher = instanceValue((): KeyCipher => {
+  const { PROVIDER_KEYS_KMS_KEY_ID, PROVIDER_KEYS_LOCAL_KEY_FILE, AWS_REGION } = env();
+  if (PROVIDER_KEYS_KMS_KEY_ID) return new KmsKeyCipher(PROVIDER_KEYS_KMS_KEY_ID, AWS_REGION);
+  if (PROVIDER_KEYS_LOCAL_KEY_FILE) return new LocalKeyCipher(PROVIDER_KEYS_LOCAL_KEY_FILE);
+  throw new Error('No provider-key cipher configured: set PROVIDER_KEYS_KMS_KEY_ID or PROVIDER_KEYS_LOCAL_KEY_FILE');
+});

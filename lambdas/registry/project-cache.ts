@@ -1,4 +1,5 @@
 import { env } from '../config/env.ts';
+import { onInstanceReset } from '../instance/state.ts';
 import type { Project } from './model.ts';
 import { getProject } from './registry.ts';
 
@@ -45,9 +46,7 @@ export async function cachedProject(projectId: string, opts: { refresh?: boolean
   return pending;
 }
 
-export function clearProjectCache(): void {
-  cache.clear();
-}
+onInstanceReset(() => cache.clear());
 
 /** The SecretLookup tokens are verified with. */
 export const projectSecret = async (projectId: string, opts?: { refresh?: boolean }) => (await cachedProject(projectId, opts))?.secret;

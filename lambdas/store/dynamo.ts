@@ -1,12 +1,11 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
+import { instanceValue } from '../instance/state.ts';
 
-let client: DynamoDBDocumentClient | undefined;
-
-/** One document client per process, pointed at DynamoDB Local when DYNAMODB_ENDPOINT is set. */
-export function documentClient(): DynamoDBDocumentClient {
-  if (!client) {
+/** One document client per instance, pointed at DynamoDB Local when DYNAMODB_ENDPOINT is set. */
+export const documentClient = instanceValue(
+  (): DynamoDBDocumentClient => {
     const { DYNAMODB_ENDPOINT, AWS_REGION } = env();
     const base = new DynamoDBClient({
       region: AWS_REGION,
@@ -14,15 +13,10 @@ export function documentClient(): DynamoDBDocumentClient {
         ? { endpoint: DYNAMODB_ENDPOINT, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } }
         : {}),
     });
-    client = DynamoDBDocumentClient.from(base, { marshallOptions: { removeUndefinedValues: true } });
-  }
-  return client;
-}
-
-export function resetDocumentClient(): void {
-  client?.destroy();
-  client = undefined;
-}
+    return DynamoDBDocumentClient.from(base, { marshallOptions: { removeUndefinedValues: true } });
+  },
+  (client) => client.destroy(),
+);
 
 /** True when the error is DynamoDB refusing a write because its condition did not hold. */
 export function isConditionFailure(err: unknown): boolean {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
-import { env, resetEnv } from '../../lambdas/config/env.ts';
+import { env } from '../../lambdas/config/env.ts';
+import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { estimateInputTokens } from '../../bin/local/upstreams/script.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
@@ -45,13 +46,13 @@ describe('invocation limit', () => {
   it('a reservation expiry that does not outlast the 15-minute limit is a configuration error', () => {
     const saved = process.env.RESERVATION_TTL_SECONDS;
     process.env.RESERVATION_TTL_SECONDS = '900';
-    resetEnv();
+    resetInstanceState();
     try {
       expect(() => env()).toThrow(/must exceed the 900 s invocation limit by at least a minute/);
     } finally {
       if (saved === undefined) delete process.env.RESERVATION_TTL_SECONDS;
       else process.env.RESERVATION_TTL_SECONDS = saved;
-      resetEnv();
+      resetInstanceState();
     }
   });
 });
