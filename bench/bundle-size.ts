@@ -1,16 +1,16 @@
 /**
  * Bundle sizes of the Lambda handlers: `npm run bundle-size`.
  *
- * Bundles every handler entry that exists with the stack's own esbuild options (lib/bundling.ts), prints a table of
- * the sizes (raw and gzip) and the packages that weigh most, and writes it into docs/benchmarks.md under
- * "## Bundle sizes" (the rest of that file is left alone).
+ * Bundles every function of the manifest (lambdas/handlers/manifest.ts) with the stack's own esbuild options
+ * (lib/bundling.ts), prints a table of the sizes (raw and gzip) and the packages that weigh most, and writes it into
+ * docs/benchmarks.md under "## Bundle sizes" (the rest of that file is left alone).
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { build, version as esbuildVersion } from 'esbuild';
-import { esbuildOptions, existingHandlers, HANDLER_BUNDLE, HANDLERS, PROJECT_ROOT } from '../lib/bundling.ts';
+import { bundledHandlers, esbuildOptions, HANDLER_BUNDLE, PROJECT_ROOT } from '../lib/bundling.ts';
 import { BENCHMARKS_DOC, writeBenchmarkSection } from './report.ts';
 
 const HEADING = '## Bundle sizes';
@@ -60,9 +60,6 @@ async function measure(id: string, entry: string, outdir: string): Promise<Row> 
 }
 
 function section(rows: Row[]): string {
-  const missing = Object.entries(HANDLERS)
-    .filter(([id]) => !rows.some((r) => r.id === id))
-    .map(([, entry]) => `\`${entry}\``);
   return [
     HEADING,
     '',
@@ -84,7 +81,6 @@ function section(rows: Row[]): string {
     'Heaviest packages in each bundle (minified bytes):',
     '',
     ...rows.map((r) => `- ${r.id}: ${r.heaviest.map(([name, bytes]) => `${name} ${kb(bytes)}`).join(', ')}`),
-    ...(missing.length ? ['', `Not measured (no entry file yet): ${missing.join(', ')}.`] : []),
     '',
   ].join('\n');
 }
@@ -92,7 +88,7 @@ function section(rows: Row[]): string {
 const outdir = mkdtempSync(join(tmpdir(), 'bundle-size-'));
 try {
   const rows: Row[] = [];
-  for (const { id, entry } of existingHandlers()) rows.push(await measure(id, entry, outdir));
+  for (const { id, entry } of bundledHandlers()) rows.push(await measure(id, entry, outdir));
   const text = section(rows);
   console.log(text);
   writeBenchmarkSection(HEADING, text);

@@ -1,7 +1,7 @@
-import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BuildOptions } from 'esbuild';
+import { FUNCTIONS, type FunctionId } from '../lambdas/handlers/manifest.ts';
 
 /**
  * How every Lambda handler is bundled — one description shared by the stack (NodejsFunction), the bundle-size
@@ -35,29 +35,21 @@ export const HANDLER_BUNDLE = {
 } as const;
 
 /**
- * The Lambda entry points, by function id. Prompt's file arrives with a later issue: the stack deploys the /prompt
- * function only once it exists, and the benchmark and tests measure whichever entries exist.
+ * The Lambda entry points, by function id: the function manifest's entries (lambdas/handlers/manifest.ts), so the
+ * stack, the benchmark and the tests bundle exactly the functions that are deployed.
  */
-export const HANDLERS = {
-  Channeling: 'lambdas/handlers/channeling.ts',
-  ConjureApi: 'lambdas/handlers/conjure-api.ts',
-  Prompt: 'lambdas/handlers/prompt.ts',
-} as const;
+export const HANDLERS = Object.fromEntries(FUNCTIONS.map((f) => [f.id, f.entry])) as Readonly<Record<FunctionId, string>>;
 
-export type HandlerId = keyof typeof HANDLERS;
+export type HandlerId = FunctionId;
 
-/** Absolute path of a handler's entry file, or undefined while that file does not exist. */
-export function handlerEntry(id: HandlerId, root = PROJECT_ROOT): string | undefined {
-  const path = join(root, HANDLERS[id]);
-  return existsSync(path) ? path : undefined;
+/** Absolute path of a handler's entry file. */
+export function handlerEntry(id: HandlerId, root = PROJECT_ROOT): string {
+  return join(root, HANDLERS[id]);
 }
 
-/** The handler entries that exist now, by id. */
-export function existingHandlers(root = PROJECT_ROOT): Array<{ id: HandlerId; entry: string }> {
-  return (Object.keys(HANDLERS) as HandlerId[]).flatMap((id) => {
-    const entry = handlerEntry(id, root);
-    return entry ? [{ id, entry }] : [];
-  });
+/** Every handler to bundle, in manifest order, with its absolute entry path. */
+export function bundledHandlers(root = PROJECT_ROOT): Array<{ id: HandlerId; entry: string }> {
+  return FUNCTIONS.map((f) => ({ id: f.id, entry: join(root, f.entry) }));
 }
 
 /** esbuild build options equal to what NodejsFunction runs for `entry` (esbuild's JS API spelling). */

@@ -1,8 +1,13 @@
+import { join } from 'node:path';
 import { CfnOutput, Duration, Fn, Stack, Validations, type StackProps } from 'aws-cdk-lib';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
+import type { RestRoute } from '../lambdas/conjure/routes.ts';
+import { FUNCTIONS, type FunctionAccess, type FunctionId, type FunctionSpec } from '../lambdas/handlers/manifest.ts';
 import { TABLES } from '../lambdas/store/tables.ts';
-import { handlerEntry, type HandlerId } from './bundling.ts';
+import { PROJECT_ROOT } from './bundling.ts';
 import { ConjureApi } from './constructs/api.ts';
 import { GatewayData } from './constructs/data.ts';
 import { GatewayFunction } from './constructs/functions.ts';
@@ -10,6 +15,7 @@ import { GatewayObservability } from './constructs/observability.ts';
 import { GatewayQueues } from './constructs/queues.ts';
 import { GatewayScheduling } from './constructs/scheduling.ts';
 import { GatewaySecrets } from './constructs/secrets.ts';
+import { GatewayWebSocket } from './constructs/websocket.ts';
 
 export interface GatewayStackProps extends StackProps {
   /** Stage name (`dev`, `prod`, …): part of resource names, the API stage, the schedule group. */
@@ -20,19 +26,16 @@ export interface GatewayStackProps extends StackProps {
   readonly upstreams?: { readonly anthropic?: string; readonly openai?: string; readonly openrouter?: string };
   /** An existing SNS topic for alarm notifications. */
   readonly alarmTopicArn?: string;
-  /**
-   * Entry files by handler; defaults to lambdas/handlers/*. An optional handler (Prompt) whose file does not exist
-   * is not deployed.
-   */
-  readonly entries?: Partial<Record<HandlerId, string>>;
+  /** The functions to deploy: the manifest (lambdas/handlers/manifest.ts) unless a test passes a variant. */
+  readonly functions?: readonly FunctionSpec[];
 }
 
 /**
  * The whole gateway in one stack:
  * - data: the DynamoDB tables of TABLES, the provider-keys KMS key, the Anthropic key secret
- * - channeling: function URL (RESPONSE_STREAM) → channeling function (the Anthropic-compatible proxy)
- * - conjure: REST API (/usage, later /incubate…) → conjure function; /prompt function URL once its handler exists
- * - async: run and webhook queues with DLQs, the Scheduler group and delivery role (consumers arrive later)
+ * - functions: one per entry of the function manifest, each with its trigger and its grants —
+ *   channeling behind a streaming function URL (the Anthropic-compatible proxy), conjure behind the REST API (/usage…)
+ * - async: run and webhook queues with DLQs, the Scheduler group and delivery role
  * - observability: dashboard and alarms
  */
 export class GatewayStack extends Stack {
@@ -40,20 +43,17 @@ export class GatewayStack extends Stack {
   readonly secrets: GatewaySecrets;
   readonly queues: GatewayQueues;
   readonly scheduling: GatewayScheduling;
-  readonly channeling: GatewayFunction;
-  readonly conjure: GatewayFunction;
-  readonly prompt?: GatewayFunction;
-  readonly conjureApi: ConjureApi;
+  /** Every deployed function, by manifest id. */
+  readonly functions: Readonly<Record<string, GatewayFunction>>;
+  /** The REST API of the `rest` functions (absent only when no function has a `rest` trigger). */
+  readonly conjureApi?: ConjureApi;
+  /** The WebSocket API of each `websocket` function, by manifest id. */
+  readonly webSockets: Readonly<Record<string, GatewayWebSocket>>;
 
   constructor(scope: Construct, id: string, props: GatewayStackProps) {
     super(scope, id, props);
     const { stage, production } = props;
-    const entry = (handler: HandlerId): string | undefined => props.entries?.[handler] ?? handlerEntry(handler);
-    const required = (handler: HandlerId): string => {
-      const path = entry(handler);
-      if (!path) throw new Error(`The ${handler} handler's entry file is missing`);
-      return path;
-    };
+    const specs = props.functions ?? FUNCTIONS;
 
     this.data = new GatewayData(this, 'Data', { production });
     this.secrets = new GatewaySecrets(this, 'Secrets', { stage, production });
@@ -72,89 +72,120 @@ export class GatewayStack extends Stack {
       PROVIDER_KEYS_KMS_KEY_ID: this.secrets.providerKeysKey.keyArn,
       ANTHROPIC_API_KEY_SECRET_ARN: this.secrets.anthropicKey.secretArn,
     };
-    const common = { stage, production };
 
-    // --- channeling: the proxy ---
-    this.channeling = new GatewayFunction(this, 'Channeling', {
-      ...common,
-      entry: required('Channeling'),
-      description: 'Prompt gateway channeling proxy (/v1/messages, /v1/models, /v1/messages/count_tokens)',
-      timeout: Duration.minutes(15),
-      memorySize: 1024,
-      environment: { ...tableEnv, ...providerEnv },
-    });
-    this.grantProviderAccess(this.channeling);
-    const channelingUrl = this.publicStreamingUrl(this.channeling);
+    // --- Outputs: the operator CLI (npm run gateway -- <command> --stack <name>) reads these names ---
+    const output = (name: string, value: string, description: string) => new CfnOutput(this, name, { value, description });
 
-    // --- conjure: REST endpoints ---
-    this.conjure = new GatewayFunction(this, 'ConjureApi', {
-      ...common,
-      entry: required('ConjureApi'),
-      description: 'Prompt gateway conjure REST API (/usage; /incubate later)',
-      timeout: Duration.seconds(29),
-      memorySize: 512,
-      environment: tableEnv,
-    });
-    this.grantLedgerAccess(this.conjure);
-    this.conjureApi = new ConjureApi(this, 'Conjure', { stage, production, handler: this.conjure.fn });
-
-    // --- /prompt: deployed once lambdas/handlers/prompt.ts exists ---
-    const promptEntry = entry('Prompt');
-    let promptUrl: lambda.FunctionUrl | undefined;
-    if (promptEntry) {
-      this.prompt = new GatewayFunction(this, 'Prompt', {
-        ...common,
-        entry: promptEntry,
-        description: 'Prompt gateway /prompt (one-shot agent runs, JSON or SSE)',
-        timeout: Duration.minutes(15),
-        memorySize: 1024,
-        environment: { ...tableEnv, ...providerEnv },
+    // --- The functions of the manifest, each with its grants and its trigger ---
+    const functions: Record<string, GatewayFunction> = {};
+    const restIntegrations: Array<{ handler: lambda.IFunction; routes: readonly RestRoute[] }> = [];
+    const webSockets: Record<string, GatewayWebSocket> = {};
+    for (const spec of specs) {
+      if (functions[spec.id]) throw new Error(`Two functions of the manifest are called ${spec.id}`);
+      const target = new GatewayFunction(this, spec.id, {
+        stage,
+        production,
+        entry: join(PROJECT_ROOT, spec.entry),
+        description: spec.description,
+        timeout: Duration.seconds(spec.timeoutSeconds),
+        memorySize: spec.memoryMb,
+        environment: { ...tableEnv, ...(spec.access.providers ? providerEnv : {}) },
       });
-      this.grantProviderAccess(this.prompt);
-      tables.Leases.grantReadWriteData(this.prompt.fn);
-      promptUrl = this.publicStreamingUrl(this.prompt);
+      functions[spec.id] = target;
+      this.grantAccess(target, spec.access);
+
+      const trigger = spec.trigger;
+      switch (trigger.kind) {
+        case 'streaming-url': {
+          const url = this.publicStreamingUrl(target);
+          output(
+            `${spec.id}Url`,
+            withoutTrailingSlash(url.url),
+            `Base URL of the ${spec.id} function URL, no trailing slash: clients append ${trigger.paths.map((p) => `${p}/…`).join(' or ')}`,
+          );
+          break;
+        }
+        case 'rest':
+          restIntegrations.push({ handler: target.fn, routes: trigger.routes });
+          break;
+        case 'sqs':
+          this.queues.attachConsumer(trigger.queue, target.fn, {
+            ...(trigger.batchSize ? { batchSize: trigger.batchSize } : {}),
+            ...(trigger.maxConcurrency ? { maxConcurrency: trigger.maxConcurrency } : {}),
+          });
+          break;
+        case 'websocket': {
+          const ws = new GatewayWebSocket(this, `${spec.id}WebSocket`, { stage, production, handler: target.fn, description: spec.description });
+          webSockets[spec.id] = ws;
+          output(`${spec.id}WebSocketUrl`, ws.url, `${spec.description}: the wss:// URL clients connect to`);
+          break;
+        }
+        case 'schedule':
+          new events.Rule(this, `${spec.id}Schedule`, {
+            description: `${spec.description} (${stage}): ${trigger.expression}`,
+            schedule: events.Schedule.expression(trigger.expression),
+            targets: [new targets.LambdaFunction(target.fn)],
+          });
+          break;
+        default:
+          throw new Error(`${spec.id}: unknown trigger ${JSON.stringify(trigger satisfies never)}`);
+      }
+    }
+    this.functions = functions;
+    this.webSockets = webSockets;
+    if (restIntegrations.length) {
+      this.conjureApi = new ConjureApi(this, 'Conjure', { stage, production, integrations: restIntegrations });
+      output('ConjureUrl', this.conjureApi.url, 'Base URL of /usage and the incubate endpoints');
     }
 
-    const functions = [
-      { id: 'Channeling', fn: this.channeling.fn },
-      { id: 'ConjureApi', fn: this.conjure.fn },
-      ...(this.prompt ? [{ id: 'Prompt', fn: this.prompt.fn }] : []),
-    ];
     const observability = new GatewayObservability(this, 'Observability', {
       stage,
-      functions,
-      api: this.conjureApi.api,
+      functions: Object.entries(functions).map(([fnId, f]) => ({ id: fnId, fn: f.fn })),
+      ...(this.conjureApi ? { api: this.conjureApi.api } : {}),
       deadLetterQueues: this.queues.all.map((q) => ({ id: `${q.label}DeadLetterQueue`, queue: q.deadLetterQueue })),
       ...(props.alarmTopicArn ? { alarmTopicArn: props.alarmTopicArn } : {}),
     });
 
-    // --- Outputs: the operator CLI (npm run gateway -- <command> --stack <name>) reads these names ---
-    const output = (name: string, value: string, description: string) => new CfnOutput(this, name, { value, description });
-    output('ChannelingUrl', withoutTrailingSlash(channelingUrl.url), 'Anthropic-compatible base URL (clients append /v1/messages)');
-    output('ConjureUrl', this.conjureApi.url, 'Base URL of /usage and the incubate endpoints');
-    if (promptUrl) output('PromptUrl', withoutTrailingSlash(promptUrl.url), 'Base URL of the /prompt function URL');
     for (const spec of TABLES) output(`${spec.id}TableName`, tables[spec.id].tableName, `DynamoDB table: ${spec.purpose}`);
     output('ProviderKeysKmsKeyId', this.secrets.providerKeysKey.keyArn, "KMS key (ARN) that encrypts projects' provider keys");
     output('AnthropicKeySecretArn', this.secrets.anthropicKey.secretArn, "Secrets Manager secret holding the service's Anthropic key");
     output('Region', this.region, 'Region of the deployed gateway');
     output('DashboardName', observability.dashboard.dashboardName, 'CloudWatch dashboard');
-    for (const { id: fnId, fn } of functions) output(`${fnId}FunctionName`, fn.functionName, `Lambda function of ${fnId}`);
+    for (const [fnId, f] of Object.entries(functions)) output(`${fnId}FunctionName`, f.fn.functionName, `Lambda function of ${fnId}`);
   }
 
-  /** What every gateway function needs: read projects (and their secrets), read and write usage windows. */
-  private grantLedgerAccess(target: GatewayFunction): void {
-    this.data.tables.Registry.grantReadData(target.fn);
-    this.data.tables.Usage.grantReadWriteData(target.fn);
+  /** The channeling function (the proxy). */
+  get channeling(): GatewayFunction {
+    return this.functionOf('Channeling');
+  }
+
+  /** The conjure function (the REST API's). */
+  get conjure(): GatewayFunction {
+    return this.functionOf('ConjureApi');
+  }
+
+  functionOf(id: FunctionId | (string & {})): GatewayFunction {
+    const found = this.functions[id];
+    if (!found) throw new Error(`No function ${id} in this stack`);
+    return found;
   }
 
   /**
-   * What a function that calls providers needs on top: decrypt the projects' provider keys (Decrypt only —
-   * encryption happens in the operator CLI) and read the service's Anthropic key.
+   * Exactly what the manifest says a function may do, resource by resource: read or read/write its tables; for a
+   * function that calls providers, decrypt the projects' provider keys (Decrypt only — encryption happens in the
+   * operator CLI) and read the service's Anthropic key; send to its queues.
    */
-  private grantProviderAccess(target: GatewayFunction): void {
-    this.grantLedgerAccess(target);
-    this.secrets.providerKeysKey.grantDecrypt(target.fn);
-    this.secrets.anthropicKey.grantRead(target.fn);
+  private grantAccess(target: GatewayFunction, access: FunctionAccess): void {
+    for (const spec of TABLES) {
+      const mode = access.tables[spec.id];
+      if (mode === 'read') this.data.tables[spec.id].grantReadData(target.fn);
+      else if (mode === 'readwrite') this.data.tables[spec.id].grantReadWriteData(target.fn);
+    }
+    if (access.providers) {
+      this.secrets.providerKeysKey.grantDecrypt(target.fn);
+      this.secrets.anthropicKey.grantRead(target.fn);
+    }
+    for (const queue of access.queues) this.queues.grantSend(queue, target.fn);
   }
 
   /** A public function URL streaming the response (SSE is piped as the provider produces it). */

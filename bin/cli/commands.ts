@@ -1,8 +1,9 @@
 import { z } from 'zod';
 import { Identifier, WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
-import { developerAllowance, developerComputeUsed } from '../../lambdas/budgets/ledger.ts';
-import { ProjectProvider, tierFor } from '../../lambdas/registry/model.ts';
+import { developerAllowance, developerComputeUsed } from '../../lambdas/plans/compute.ts';
+import { tierFor } from '../../lambdas/plans/tiers.ts';
+import { ProjectProvider } from '../../lambdas/registry/model.ts';
 import {
   createDeveloper,
   createProject,

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { APIGatewayProxyEvent, Context, LambdaFunctionURLEvent } from 'aws-lambda';
+import { isTextual } from '../../lambdas/http/content-type.ts';
 
 /** Builds the events AWS would deliver for an HTTP request, so the local server can call the real handlers. */
 
@@ -47,10 +48,6 @@ export function splitTarget(target: string | undefined): { path: string; query: 
   }
   const q = rest.indexOf('?');
   return q === -1 ? { path: rest, query: '' } : { path: rest.slice(0, q), query: rest.slice(q + 1) };
-}
-
-function isTextual(contentType: string | undefined): boolean {
-  return !contentType || /json|text|xml|x-www-form-urlencoded/i.test(contentType);
 }
 
 function singleHeaders(req: IncomingMessage): Record<string, string> {

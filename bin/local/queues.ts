@@ -1,13 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { CreateQueueCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
-import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { QUEUES } from '../../lambdas/store/queues.ts';
+import type { Message, MessageAttributeValue } from '@aws-sdk/client-sqs';
+import type { Context, SQSBatchResponse, SQSEvent, SQSMessageAttributes, SQSRecord } from 'aws-lambda';
+import { QUEUES, VISIBILITY_TIMEOUT_FACTOR, type QueueEnvVar } from '../../lambdas/store/queues.ts';
 import { lambdaContext } from './events.ts';
 
 export interface LocalQueues {
   endpoint: string;
-  urls: Record<(typeof QUEUES)[number]['envVar'], string>;
+  urls: Record<QueueEnvVar, string>;
   stop(): Promise<void>;
 }
 
@@ -40,7 +41,8 @@ function loadFauxqs(): Promise<typeof import('fauxqs')> {
 /**
  * fauxqs (in-process SQS) on 127.0.0.1 only. Its `startFauxqs` always listens on 0.0.0.0 (its `host` option only
  * names the host in queue URLs), and it answers unsigned requests, so the runtime builds the same server with
- * `buildApp` and listens itself; the queues are then declared through the SQS API, as a deployed stack declares them.
+ * `buildApp` and listens itself; the queues are then declared through the SQS API, as a deployed stack declares them
+ * (visibility timeout VISIBILITY_TIMEOUT_FACTOR × the queue's consumer timeout, redrive after maxReceiveCount).
  */
 export async function startLocalQueues(prefix: string): Promise<LocalQueues> {
   const { buildApp } = await loadFauxqs();
@@ -59,7 +61,7 @@ export async function startLocalQueues(prefix: string): Promise<LocalQueues> {
           new CreateQueueCommand({
             QueueName: `${prefix}-${q.name}`,
             Attributes: {
-              VisibilityTimeout: '60',
+              VisibilityTimeout: String(q.consumerTimeoutSeconds * VISIBILITY_TIMEOUT_FACTOR),
               RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlqArn, maxReceiveCount: q.maxReceiveCount }),
             },
           }),
@@ -80,45 +82,93 @@ export function sqsClient(endpoint: string): SQSClient {
   return new SQSClient({ endpoint, region: 'us-east-1', credentials: { accessKeyId: 'local', secretAccessKey: 'local' } });
 }
 
-type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse | void>;
+export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse | void>;
+
+/** An SQS message as Lambda's event source hands it to a function: one record of an SQSEvent. */
+export function sqsRecord(message: Message, queueUrl: string, region = 'us-east-1'): SQSRecord {
+  return {
+    messageId: message.MessageId!,
+    receiptHandle: message.ReceiptHandle!,
+    body: message.Body ?? '',
+    attributes: (message.Attributes ?? {}) as unknown as SQSRecord['attributes'],
+    messageAttributes: lambdaMessageAttributes(message.MessageAttributes),
+    md5OfBody: message.MD5OfBody ?? '',
+    ...(message.MD5OfMessageAttributes ? { md5OfMessageAttributes: message.MD5OfMessageAttributes } : {}),
+    eventSource: 'aws:sqs',
+    eventSourceARN: `arn:aws:sqs:${region}:000000000000:${queueUrl.split('/').pop()}`,
+    awsRegion: region,
+  };
+}
+
+/** The SQS API's message attributes in the event's spelling (camelCase, binary as base64, empty list fields). */
+function lambdaMessageAttributes(attributes: Record<string, MessageAttributeValue> | undefined): SQSMessageAttributes {
+  const out: SQSMessageAttributes = {};
+  for (const [name, value] of Object.entries(attributes ?? {})) {
+    out[name] = {
+      dataType: value.DataType ?? 'String',
+      ...(value.StringValue !== undefined ? { stringValue: value.StringValue } : {}),
+      ...(value.BinaryValue !== undefined ? { binaryValue: Buffer.from(value.BinaryValue).toString('base64') } : {}),
+      stringListValues: [],
+      binaryListValues: [],
+    };
+  }
+  return out;
+}
+
+/**
+ * What Lambda keeps of a batch after the handler answered: the messages to delete. Items in `batchItemFailures` stay
+ * (they become visible again); an answer naming a message that is not in the batch, or a throw, fails the whole
+ * batch, as Lambda's event source mapping does.
+ */
+export function succeededMessages(messages: readonly Message[], outcome: { result: SQSBatchResponse | void } | { error: unknown }): Message[] {
+  if ('error' in outcome) return [];
+  const ids = new Set(messages.map((m) => m.MessageId));
+  const failures = outcome.result?.batchItemFailures ?? [];
+  if (failures.some((f) => !f.itemIdentifier || !ids.has(f.itemIdentifier))) return [];
+  const failed = new Set(failures.map((f) => f.itemIdentifier));
+  return messages.filter((m) => !failed.has(m.MessageId!));
+}
 
 /**
  * Lambda's SQS event source mapping, locally: long-polls a queue, hands batches to the handler as SQSEvents and
  * deletes what succeeded; items in `batchItemFailures` (or the whole batch on a throw) become visible again.
  */
-export function pollQueue(opts: { client: SQSClient; queueUrl: string; handler: SqsHandler; functionName: string; batchSize?: number }): { stop(): Promise<void> } {
+export function pollQueue(opts: {
+  client: SQSClient;
+  queueUrl: string;
+  handler: SqsHandler;
+  functionName: string;
+  batchSize?: number;
+  /** The function's timeout, as the context's remaining time (default Lambda's 15 minutes). */
+  timeoutMs?: number;
+}): { stop(): Promise<void> } {
   let running = true;
   const abort = new AbortController();
   const loop = (async () => {
     while (running) {
       try {
         const out = await opts.client.send(
-          new ReceiveMessageCommand({ QueueUrl: opts.queueUrl, MaxNumberOfMessages: opts.batchSize ?? 10, WaitTimeSeconds: 1, MessageSystemAttributeNames: ['All'] }),
+          new ReceiveMessageCommand({
+            QueueUrl: opts.queueUrl,
+            MaxNumberOfMessages: Math.min(opts.batchSize ?? 10, 10),
+            WaitTimeSeconds: 1,
+            MessageSystemAttributeNames: ['All'],
+            MessageAttributeNames: ['All'],
+          }),
           { abortSignal: abort.signal },
         );
         const messages = out.Messages ?? [];
         if (messages.length === 0) continue;
-        const event: SQSEvent = {
-          Records: messages.map((m) => ({
-            messageId: m.MessageId!,
-            receiptHandle: m.ReceiptHandle!,
-            body: m.Body ?? '',
-            attributes: (m.Attributes ?? {}) as never,
-            messageAttributes: {},
-            md5OfBody: m.MD5OfBody ?? '',
-            eventSource: 'aws:sqs',
-            eventSourceARN: `arn:aws:sqs:us-east-1:000000000000:${opts.queueUrl.split('/').pop()}`,
-            awsRegion: 'us-east-1',
-          })),
-        };
-        let failed = new Set<string>(messages.map((m) => m.MessageId!));
+        const event: SQSEvent = { Records: messages.map((m) => sqsRecord(m, opts.queueUrl)) };
+        let outcome: { result: SQSBatchResponse | void } | { error: unknown };
         try {
-          const result = await opts.handler(event, lambdaContext(opts.functionName));
-          failed = new Set((result?.batchItemFailures ?? []).map((f) => f.itemIdentifier));
-        } catch {
+          outcome = { result: await opts.handler(event, lambdaContext(opts.functionName, opts.timeoutMs)) };
+        } catch (error) {
           // The whole batch returns to the queue, as with Lambda.
+          console.error(`${opts.functionName} failed on a batch of ${messages.length}: ${(error as Error)?.stack ?? String(error)}`);
+          outcome = { error };
         }
-        const done = messages.filter((m) => !failed.has(m.MessageId!));
+        const done = succeededMessages(messages, outcome);
         if (done.length) {
           await opts.client.send(
             new DeleteMessageBatchCommand({ QueueUrl: opts.queueUrl, Entries: done.map((m) => ({ Id: randomUUID(), ReceiptHandle: m.ReceiptHandle! })) }),

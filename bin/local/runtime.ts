@@ -3,24 +3,30 @@ import { createServer, ServerResponse, type IncomingMessage, type Server } from 
 import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { Duplex } from 'node:stream';
+import { pathToFileURL } from 'node:url';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent } from 'aws-lambda';
 import { MAX_INVOCATION_SECONDS } from '../../lambdas/config/env.ts';
+import type { RestRoute } from '../../lambdas/conjure/routes.ts';
+import { FUNCTIONS, type FunctionSpec, type TriggerKind } from '../../lambdas/handlers/manifest.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
 import { formatAccessLine, setAccessLogSink } from '../../lambdas/observability/access-log.ts';
+import { queueSpec, type QueueName } from '../../lambdas/store/queues.ts';
+import { PROJECT_ROOT } from '../../lib/bundling.ts';
 import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
 import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, splitTarget } from './events.ts';
-import { sqsClient, startLocalQueues, type LocalQueues } from './queues.ts';
+import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type SqsHandler } from './queues.ts';
 import { LocalScheduler } from './scheduler.ts';
 import { startAnthropicUpstream } from './upstreams/anthropic.ts';
 import { startOpenAIUpstream } from './upstreams/openai.ts';
 import type { SimulatedUpstream } from './upstreams/types.ts';
 
 /**
- * The whole gateway on one machine: DynamoDB Local, fauxqs, the scheduler stand-in and one HTTP server that turns
- * requests into the events AWS would deliver and calls the very handlers the cloud runs.
+ * The whole gateway on one machine: DynamoDB Local, fauxqs, the scheduler stand-in, one HTTP server that turns
+ * requests into the events AWS would deliver and one poller per queue consumer, calling the very handlers the cloud
+ * runs — every function of the manifest (lambdas/handlers/manifest.ts), served as its trigger says.
  */
 export interface GatewayOptions {
   port?: number;
@@ -39,6 +45,8 @@ export interface GatewayOptions {
   invocationTimeoutMs?: number;
   /** Prints one readable access-log line per request (npm start); by default the handlers' structured log is used. */
   accessLog?: (line: string) => void;
+  /** The functions to serve: the manifest (lambdas/handlers/manifest.ts) unless a test passes a variant. */
+  functions?: readonly FunctionSpec[];
 }
 
 export interface RunningGateway {
@@ -49,13 +57,73 @@ export interface RunningGateway {
   scheduler: LocalScheduler;
   upstreams: { anthropic?: SimulatedUpstream; openai?: SimulatedUpstream };
   simulated: boolean;
+  /** What is served, function by function (localFunctions()). */
+  functions: LocalFunction[];
   stop(): Promise<void>;
 }
+
+/** How the local runtime serves one function of the manifest: the way AWS would invoke it. */
+export type LocalFunction = {
+  readonly id: string;
+  /** Absolute path of the handler file. */
+  readonly entry: string;
+  /** The name in the Lambda context and in local error lines (`ConjureApi` → `conjure-api`). */
+  readonly functionName: string;
+  readonly timeoutMs: number;
+} & (
+  /** Requests whose path is one of `paths` or under it, as a function-URL event to a streaming handler. */
+  | { readonly kind: 'streaming-url'; readonly paths: readonly string[] }
+  /** Requests matching `routes` (and any path no other function serves), as an API Gateway REST proxy event. */
+  | { readonly kind: 'rest'; readonly routes: readonly RestRoute[] }
+  /** Batches from the fauxqs queue, as SQS events; what the handler does not report failed is deleted. */
+  | { readonly kind: 'sqs'; readonly queue: QueueName; readonly batchSize: number }
+);
+
+/** Trigger kinds the local runtime cannot serve yet; a manifest with one of them is refused at startup. */
+const NOT_SERVED_LOCALLY: ReadonlySet<TriggerKind> = new Set(['websocket', 'schedule']);
+
+/**
+ * What the local runtime serves for each function of the manifest, in manifest order. Throws, naming the function,
+ * for a trigger it cannot serve yet (websocket, schedule), so `npm start` refuses at startup instead of leaving a
+ * function silently unserved.
+ */
+export function localFunctions(functions: readonly FunctionSpec[] = FUNCTIONS): LocalFunction[] {
+  return functions.map((spec): LocalFunction => {
+    const common = {
+      id: spec.id,
+      entry: join(PROJECT_ROOT, spec.entry),
+      functionName: spec.id.replace(/([a-z0-9])([A-Z])/g, '$1-$2').toLowerCase(),
+      timeoutMs: spec.timeoutSeconds * 1000,
+    };
+    const { trigger } = spec;
+    if (NOT_SERVED_LOCALLY.has(trigger.kind)) {
+      throw new Error(
+        `The local runtime does not serve ${trigger.kind} triggers yet, and the manifest's ${spec.id} function has one ` +
+          '(lambdas/handlers/manifest.ts): implement it in bin/local/runtime.ts before adding such a function.',
+      );
+    }
+    switch (trigger.kind) {
+      case 'streaming-url':
+        return { ...common, kind: 'streaming-url', paths: trigger.paths };
+      case 'rest':
+        return { ...common, kind: 'rest', routes: trigger.routes };
+      case 'sqs':
+        return { ...common, kind: 'sqs', queue: trigger.queue, batchSize: trigger.batchSize ?? queueSpec(trigger.queue).batchSize };
+      default:
+        throw new Error(`${spec.id}: unknown trigger ${JSON.stringify(trigger)}`);
+    }
+  });
+}
+
+/** A loaded function: what it is served as, and its `handler` export. */
+type Served = LocalFunction & { readonly handler: unknown };
 
 type ApiHandler = (event: APIGatewayProxyEvent, context: Context) => Promise<APIGatewayProxyResult>;
 type StreamHandler = (event: LambdaFunctionURLEvent, stream: LocalResponseStream, context: Context) => Promise<void>;
 
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
+  // First, before anything starts: a function this runtime cannot serve refuses the start.
+  const served = localFunctions(opts.functions);
   const dataDir = opts.dataDir ? resolve(opts.dataDir) : undefined;
   if (dataDir) privateDataDir(dataDir);
   const prefix = opts.tablePrefix ?? 'gateway';
@@ -122,8 +190,31 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
 
     // Handlers are loaded only now: middy reads the awslambda globals and the handlers read the environment at load.
     installAwsLambdaShim();
-    const channeling = (await import('../../lambdas/handlers/channeling.ts')).handler as unknown as StreamHandler;
-    const conjure = (await import('../../lambdas/handlers/conjure-api.ts')).handler as unknown as ApiHandler;
+    const loaded: Served[] = [];
+    for (const fn of served) {
+      const { handler } = (await import(pathToFileURL(fn.entry).href)) as { handler?: unknown };
+      if (typeof handler !== 'function') throw new Error(`${fn.entry} exports no handler function (the ${fn.id} function of the manifest)`);
+      loaded.push({ ...fn, handler });
+    }
+    const http = httpFunctions(loaded);
+
+    // Lambda's SQS event sources: one poller per consumer function, on its fauxqs queue.
+    for (const fn of loaded) {
+      if (fn.kind !== 'sqs') continue;
+      const client = sqsClient(queues.endpoint);
+      const poller = pollQueue({
+        client,
+        queueUrl: queues.urls[queueSpec(fn.queue).envVar],
+        handler: fn.handler as SqsHandler,
+        functionName: fn.functionName,
+        batchSize: fn.batchSize,
+        timeoutMs: fn.timeoutMs,
+      });
+      cleanups.push(async () => {
+        await poller.stop();
+        client.destroy();
+      });
+    }
 
     if (opts.accessLog) {
       const print = opts.accessLog;
@@ -131,7 +222,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       cleanups.push(() => setAccessLogSink(undefined));
     }
     const serve = (req: IncomingMessage, res: ServerResponse) => {
-      void route(req, res, { channeling, conjure, invocationTimeoutMs: opts.invocationTimeoutMs }).catch((err: unknown) => {
+      void route(req, res, { ...http, invocationTimeoutMs: opts.invocationTimeoutMs }).catch((err: unknown) => {
         console.error(`local runtime failed: ${(err as Error)?.stack ?? String(err)}`);
         if (!res.headersSent && !res.destroyed) {
           res.writeHead(500, { 'content-type': 'application/json' });
@@ -166,23 +257,63 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       chmodSync(join(dataDir, 'runtime.json'), 0o600);
       cleanups.push(() => rmSync(join(dataDir, 'runtime.json'), { force: true }));
     }
-    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, stop: stopAll };
+    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;
   }
 }
 
+/** The functions the HTTP server serves: function URLs by path prefix, the REST API by route. */
+interface HttpFunctions {
+  streaming: ReadonlyArray<Served & { kind: 'streaming-url' }>;
+  rest: ReadonlyArray<Served & { kind: 'rest' }>;
+}
+
+function httpFunctions(loaded: readonly Served[]): HttpFunctions {
+  return {
+    streaming: loaded.filter((f): f is Served & { kind: 'streaming-url' } => f.kind === 'streaming-url'),
+    rest: loaded.filter((f): f is Served & { kind: 'rest' } => f.kind === 'rest'),
+  };
+}
+
+/** True when `path` is `prefix` or lies under it (`/v1`, `/v1/messages`; not `/v1x`). */
+function underPrefix(path: string, prefix: string): boolean {
+  return path === prefix || path.startsWith(`${prefix}/`);
+}
+
 /**
- * Picks the app the way the two AWS URLs would (channeling for the Messages API under /v1, conjure for the rest) from
- * the path alone, normalised once by the same function the routers use, and calls its real handler. Nothing a
- * client does here may throw past this point.
+ * True when `path` matches an API Gateway resource path: literal segments, `{name}` for one segment, `{name+}` for
+ * the rest. A trailing slash is accepted, as the routers accept it.
  */
-async function route(
-  req: IncomingMessage,
-  res: ServerResponse,
-  h: { channeling: StreamHandler; conjure: ApiHandler; invocationTimeoutMs?: number },
-): Promise<void> {
+export function matchesResourcePath(template: string, path: string): boolean {
+  const want = template.split('/').filter(Boolean);
+  const got = path.split('/').filter(Boolean);
+  for (let i = 0; i < want.length; i++) {
+    const segment = want[i]!;
+    if (/^\{[^}]+\+\}$/.test(segment)) return got.length > i;
+    if (got[i] === undefined) return false;
+    if (!/^\{[^}]+\}$/.test(segment) && segment !== got[i]) return false;
+  }
+  return got.length === want.length;
+}
+
+/** The function serving a (normalised) path: a function URL by its prefixes, else the REST function of its route. */
+export function functionForPath<F extends LocalFunction>(functions: readonly F[], path: string): F | undefined {
+  const streaming = functions.find((f) => f.kind === 'streaming-url' && f.paths.some((prefix) => underPrefix(path, prefix)));
+  if (streaming) return streaming;
+  const rest = functions.filter((f) => f.kind === 'rest');
+  // A path no route declares goes to the first REST function, which answers it in its own envelope (404 or 405):
+  // locally there is no API Gateway in front to refuse it (docs/api.md).
+  return rest.find((f) => f.kind === 'rest' && f.routes.some((r) => matchesResourcePath(r.path, path))) ?? rest[0];
+}
+
+/**
+ * Picks the function the way the AWS URLs would (a function URL for the paths it serves — channeling for the
+ * Messages API under /v1 —, the REST API for the rest) from the path alone, normalised once by the same function
+ * the routers use, and calls its real handler. Nothing a client does here may throw past this point.
+ */
+async function route(req: IncomingMessage, res: ServerResponse, h: HttpFunctions & { invocationTimeoutMs?: number }): Promise<void> {
   const path = normalizePath(splitTarget(req.url).path);
   if (path === '/health' || path === '/health/') {
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -193,12 +324,17 @@ async function route(
   const read = req.method === 'CONNECT' ? { body: Buffer.alloc(0), truncated: false } : await readBody(req, MAX_BODY_BYTES);
   if (!read) return; // the client went away mid-upload: nothing to answer
   // A truncated body is refused by the handler (413); the rest of the upload is not kept, and the connection closes.
-  if (path === '/v1' || path.startsWith('/v1/')) {
-    await invokeStreaming(h.channeling, functionUrlEvent(req, read.body), res, 'channeling', h.invocationTimeoutMs);
-  } else {
-    const result = await h.conjure(apiGatewayEvent(req, read.body), lambdaContext('conjure-api', 29_000));
+  const fn = functionForPath<Served>([...h.streaming, ...h.rest], path);
+  if (fn?.kind === 'streaming-url') {
+    await invokeStreaming(fn.handler, functionUrlEvent(req, read.body), res, fn.functionName, h.invocationTimeoutMs ?? fn.timeoutMs);
+  } else if (fn?.kind === 'rest') {
+    const result = await (fn.handler as ApiHandler)(apiGatewayEvent(req, read.body), lambdaContext(fn.functionName, fn.timeoutMs));
     res.writeHead(result.statusCode, result.headers as Record<string, string>);
     res.end(result.isBase64Encoded ? Buffer.from(result.body, 'base64') : result.body);
+  } else {
+    // No function serves HTTP here but the health check (a manifest without a URL or REST function).
+    res.writeHead(404, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ message: 'Not Found' }));
   }
   if (read.truncated) {
     // Closing at once would reset the connection while the client is still sending, and a reset can discard the

@@ -4,7 +4,7 @@ export const WINDOWS = ['hour', 'day', 'week', 'month', 'lifetime'] as const;
 export const WindowKind = z.enum(WINDOWS);
 export type WindowKind = z.infer<typeof WindowKind>;
 
-/** The budget a project owner grants a user, carried inside the token (DESIGN §2). */
+/** The budget a project owner grants a user, carried inside the token (docs/contract.md, "Tokens"). */
 export const BudgetClaim = z.object({
   ai: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
   compute: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),

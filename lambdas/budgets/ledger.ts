@@ -1,14 +1,15 @@
 import { randomUUID } from 'node:crypto';
-import type { AttributeValue } from '@aws-sdk/client-dynamodb';
-import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { BudgetClaim, Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
-import { documentClient, isConditionFailure } from '../store/dynamo.ts';
-import { monthOf, windowEnd, windowStart } from './windows.ts';
+import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
+import { documentClient } from '../store/dynamo.ts';
+import { DAY_SECONDS, expiresAfter, hasExpired } from '../store/epoch.ts';
+import { windowEnd, windowStart } from './windows.ts';
 
 /**
- * The usage ledger (DESIGN §3). One DynamoDB item per (project, user, window kind, window start) holds:
+ * The usage ledger (docs/contract.md, "Budgets and money"). One DynamoDB item per (project, user, window kind,
+ * window start) holds:
  *   <m>Used       settled spend
  *   <m>Reserved   sum of open reservations
  *   <m>Committed  Used + Reserved, kept as its own attribute because a condition expression cannot add
@@ -54,7 +55,6 @@ export type ReserveResult = { ok: true; reservation: Reservation } | { ok: false
 
 const METERS: Meter[] = ['ai', 'compute'];
 const table = () => env().USAGE_TABLE;
-const DAY_SECONDS = 86_400;
 /** Past windows are kept this long after they end (for reporting), then DynamoDB's TTL removes them. */
 const RETAIN_AFTER_WINDOW_SECONDS = 90 * DAY_SECONDS;
 
@@ -78,27 +78,21 @@ function assertAmounts(amounts: Amounts, what: string): void {
 /** Creates the window item with zeroed counters if it is not there yet; losing the race to another creator is fine. */
 async function ensureWindowItem(key: WindowRef): Promise<void> {
   const end = windowEnd(key.window, new Date(key.windowStart));
-  try {
-    await documentClient().send(
-      new PutCommand({
-        TableName: table(),
-        Item: {
-          ...key,
-          aiUsed: 0,
-          aiReserved: 0,
-          aiCommitted: 0,
-          computeUsed: 0,
-          computeReserved: 0,
-          computeCommitted: 0,
-          holds: {},
-          ...(end ? { expiresAt: Math.floor(end.getTime() / 1000) + RETAIN_AFTER_WINDOW_SECONDS } : {}),
-        },
-        ConditionExpression: 'attribute_not_exists(pk)',
-      }),
-    );
-  } catch (err) {
-    if (!isConditionFailure(err)) throw err;
-  }
+  await conditionalPut({
+    TableName: table(),
+    Item: {
+      ...key,
+      aiUsed: 0,
+      aiReserved: 0,
+      aiCommitted: 0,
+      computeUsed: 0,
+      computeReserved: 0,
+      computeCommitted: 0,
+      holds: {},
+      ...(end ? { expiresAt: expiresAfter(end, RETAIN_AFTER_WINDOW_SECONDS) } : {}),
+    },
+    ConditionExpression: 'attribute_not_exists(pk)',
+  });
 }
 
 function toUsage(key: WindowRef, item: Record<string, unknown> | undefined): WindowUsage {
@@ -127,7 +121,7 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   const now = input.now ?? new Date();
   const key = windowFor(input.caller, now);
   const id = input.reservationId ?? randomUUID();
-  const expiresAt = Math.floor(now.getTime() / 1000) + env().RESERVATION_TTL_SECONDS;
+  const expiresAt = expiresAfter(now, env().RESERVATION_TTL_SECONDS);
   // `Committed <= budget − amount` is `Committed + amount <= budget` (a condition cannot add); `Committed < budget`
   // keeps a zero-cost admission out of a budget with nothing left.
   const conditions = ['attribute_exists(holds)', ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`)];
@@ -144,40 +138,31 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   // Expired holds are swept only when they stand in the way: the hot path stays one write.
   let swept = false;
   for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      await documentClient().send(
-        new UpdateCommand({
-          TableName: table(),
-          Key: { pk: key.pk },
-          UpdateExpression: 'SET holds.#id = :hold ADD aiReserved :ai, aiCommitted :ai, computeReserved :compute, computeCommitted :compute',
-          ConditionExpression: conditions.join(' AND '),
-          ExpressionAttributeNames: { '#id': id },
-          ExpressionAttributeValues: values,
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-        }),
-      );
-      return { ok: true, reservation: { id, key, held: { ...input.amounts }, expiresAt } };
-    } catch (err) {
-      if (!isConditionFailure(err)) throw err;
-      // The document client does not translate the item a failed condition returns: it is in wire format.
-      const raw = (err as { Item?: Record<string, AttributeValue> }).Item;
-      const item = raw ? (unmarshall(raw) as Record<string, unknown>) : undefined;
-      if (!item || !('holds' in item)) {
-        await ensureWindowItem(key);
-        continue;
-      }
-      if (!swept && expiredHolds(item, now).length > 0) {
-        swept = true;
-        // The item the condition saw is current: sweep from it rather than reading it again.
-        await settleExpiredHolds(key, item, now);
-        continue;
-      }
-      const usage = toUsage(key, item);
-      const exhausted = input.enforce.filter(
-        (m) => usage.used[m] + usage.reserved[m] + input.amounts[m] > input.caller.budget[m] || usage.used[m] + usage.reserved[m] >= input.caller.budget[m],
-      );
-      return { ok: false, usage, exhausted };
+    const written = await conditionalUpdate({
+      TableName: table(),
+      Key: { pk: key.pk },
+      UpdateExpression: 'SET holds.#id = :hold ADD aiReserved :ai, aiCommitted :ai, computeReserved :compute, computeCommitted :compute',
+      ConditionExpression: conditions.join(' AND '),
+      ExpressionAttributeNames: { '#id': id },
+      ExpressionAttributeValues: values,
+    });
+    if (written.ok) return { ok: true, reservation: { id, key, held: { ...input.amounts }, expiresAt } };
+    const item = written.seen;
+    if (!item || !('holds' in item)) {
+      await ensureWindowItem(key);
+      continue;
     }
+    if (!swept && expiredHolds(item, now).length > 0) {
+      swept = true;
+      // The item the condition saw is current: sweep from it rather than reading it again.
+      await settleExpiredHolds(key, item, now);
+      continue;
+    }
+    const usage = toUsage(key, item);
+    const exhausted = input.enforce.filter(
+      (m) => usage.used[m] + usage.reserved[m] + input.amounts[m] > input.caller.budget[m] || usage.used[m] + usage.reserved[m] >= input.caller.budget[m],
+    );
+    return { ok: false, usage, exhausted };
   }
   throw new Error(`Could not create usage window ${key.pk}`);
 }
@@ -186,8 +171,7 @@ type Hold = { ai: number; compute: number; expiresAt: number };
 
 /** The window item's holds whose expiry has passed at `now`. */
 function expiredHolds(item: Record<string, unknown> | undefined, now: Date): [string, Hold][] {
-  const nowSeconds = Math.floor(now.getTime() / 1000);
-  return Object.entries((item?.holds ?? {}) as Record<string, Hold>).filter(([, hold]) => hold.expiresAt <= nowSeconds);
+  return Object.entries((item?.holds ?? {}) as Record<string, Hold>).filter(([, hold]) => hasExpired(hold.expiresAt, now));
 }
 
 export interface SettleOutcome {
@@ -205,34 +189,28 @@ export interface SettleOutcome {
  */
 export async function settle(reservation: Reservation, actual: Amounts): Promise<SettleOutcome> {
   assertAmounts(actual, 'actual');
-  try {
-    const out = await documentClient().send(
-      new UpdateCommand({
-        TableName: table(),
-        Key: { pk: reservation.key.pk },
-        // aiOverrun: what a provider billed beyond the reserved bound (docs/contract.md, "Overrun").
-        UpdateExpression:
-          'REMOVE holds.#id ADD aiUsed :aiUsed, aiReserved :aiRelease, aiCommitted :aiDelta, computeUsed :cUsed, computeReserved :cRelease, computeCommitted :cDelta, aiOverrun :aiOver',
-        ConditionExpression: 'attribute_exists(holds.#id)',
-        ExpressionAttributeNames: { '#id': reservation.id },
-        ExpressionAttributeValues: {
-          ':aiUsed': actual.ai,
-          ':aiRelease': -reservation.held.ai,
-          ':aiDelta': actual.ai - reservation.held.ai,
-          ':cUsed': actual.compute,
-          ':cRelease': -reservation.held.compute,
-          ':cDelta': actual.compute - reservation.held.compute,
-          ':aiOver': Math.max(0, actual.ai - reservation.held.ai),
-        },
-        ReturnValues: 'UPDATED_NEW',
-      }),
-    );
-    const usage = toUsage(reservation.key, out.Attributes);
-    return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
-  } catch (err) {
-    if (isConditionFailure(err)) return { settled: false };
-    throw err;
-  }
+  const written = await conditionalUpdate({
+    TableName: table(),
+    Key: { pk: reservation.key.pk },
+    // aiOverrun: what a provider billed beyond the reserved bound (docs/contract.md, "Overrun").
+    UpdateExpression:
+      'REMOVE holds.#id ADD aiUsed :aiUsed, aiReserved :aiRelease, aiCommitted :aiDelta, computeUsed :cUsed, computeReserved :cRelease, computeCommitted :cDelta, aiOverrun :aiOver',
+    ConditionExpression: 'attribute_exists(holds.#id)',
+    ExpressionAttributeNames: { '#id': reservation.id },
+    ExpressionAttributeValues: {
+      ':aiUsed': actual.ai,
+      ':aiRelease': -reservation.held.ai,
+      ':aiDelta': actual.ai - reservation.held.ai,
+      ':cUsed': actual.compute,
+      ':cRelease': -reservation.held.compute,
+      ':cDelta': actual.compute - reservation.held.compute,
+      ':aiOver': Math.max(0, actual.ai - reservation.held.ai),
+    },
+    ReturnValues: 'UPDATED_NEW',
+  });
+  if (!written.ok) return { settled: false };
+  const usage = toUsage(reservation.key, written.attributes);
+  return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
 }
 
 /**
@@ -268,49 +246,4 @@ export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'b
     item = await readWindowItem(key);
   }
   return toUsage(key, item);
-}
-
-// ---- developer plan: compute seconds used by all of a developer's projects in the calendar month ----
-
-const developerMonthKey = (developerId: string, now: Date) => ({ pk: `devcompute#${developerId}#${monthOf(now)}` });
-
-export async function addDeveloperCompute(developerId: string, seconds: number, now = new Date()): Promise<number> {
-  if (!Number.isSafeInteger(seconds) || seconds < 0) throw new RangeError(`seconds must be a non-negative integer, got ${seconds}`);
-  const out = await documentClient().send(
-    new UpdateCommand({
-      TableName: table(),
-      Key: developerMonthKey(developerId, now),
-      UpdateExpression: 'ADD computeUsed :s SET developerId = :d, #month = :m, expiresAt = if_not_exists(expiresAt, :exp)',
-      ExpressionAttributeNames: { '#month': 'month' },
-      ExpressionAttributeValues: {
-        ':s': seconds,
-        ':d': developerId,
-        ':m': monthOf(now),
-        ':exp': Math.floor(now.getTime() / 1000) + 400 * DAY_SECONDS,
-      },
-      ReturnValues: 'UPDATED_NEW',
-    }),
-  );
-  return out.Attributes?.computeUsed as number;
-}
-
-export async function developerComputeUsed(developerId: string, now = new Date()): Promise<number> {
-  const out = await documentClient().send(
-    new GetCommand({ TableName: table(), Key: developerMonthKey(developerId, now), ConsistentRead: true }),
-  );
-  return (out.Item?.computeUsed as number | undefined) ?? 0;
-}
-
-export interface DeveloperAllowance {
-  allowed: boolean;
-  used: number;
-  available: number;
-  planSeconds: number;
-  poolSeconds: number;
-}
-
-/** DESIGN §3: the month's compute across all projects against planSeconds + poolSeconds. */
-export function developerAllowance(plan: { planSeconds: number; poolSeconds: number }, used: number): DeveloperAllowance {
-  const total = plan.planSeconds + plan.poolSeconds;
-  return { allowed: used < total, used, available: Math.max(0, total - used), planSeconds: plan.planSeconds, poolSeconds: plan.poolSeconds };
 }

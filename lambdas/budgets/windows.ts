@@ -2,7 +2,7 @@ import type { WindowKind } from '../auth/claims.ts';
 
 const LIFETIME_START = new Date(0);
 
-/** Start of the UTC calendar window that contains `now` (DESIGN §3). Weeks start on Monday. */
+/** Start of the UTC calendar window that contains `now` (docs/contract.md, "Budgets and money"). Weeks start on Monday. */
 export function windowStart(kind: WindowKind, now: Date): Date {
   const y = now.getUTCFullYear();
   const m = now.getUTCMonth();

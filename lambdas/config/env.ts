@@ -14,6 +14,9 @@ const EnvSchema = z.object({
   /** Set only locally and in tests: DynamoDB Local's endpoint. Unset in AWS. */
   DYNAMODB_ENDPOINT: z.string().url().optional(),
   SQS_ENDPOINT: z.string().url().optional(),
+  /** Queue URLs (QUEUES in lambdas/store/queues.ts): set by the stack on functions that may send, locally on all. */
+  RUN_QUEUE_URL: z.string().url().optional(),
+  WEBHOOK_QUEUE_URL: z.string().url().optional(),
   REGISTRY_TABLE: z.string().default('gateway-registry'),
   USAGE_TABLE: z.string().default('gateway-usage'),
   VESSELS_TABLE: z.string().default('gateway-vessels'),

@@ -1,31 +1,36 @@
-import { TokenError, verifyToken } from '../auth/tokens.ts';
+import { authenticate } from '../auth/authenticate.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
-import { bearerToken, Router } from '../http/router.ts';
-import { accessRecord } from '../observability/access-log.ts';
-import { projectSecret } from '../registry/project-cache.ts';
+import { bearerToken, Router, type RouteHandler } from '../http/router.ts';
+import { conjureRefusal, conjureResponse } from '../refusals/conjure.ts';
+import { Refused } from '../refusals/refusal.ts';
 import { usageReport } from '../usage/report.ts';
-import { clientErrorResponse, conjureError } from './errors.ts';
+import { CONJURE_ROUTES, type ConjureRoute } from './routes.ts';
 
-/** Routes of the conjure URL served by API Gateway REST (/usage now; /incubate… join here). */
+/** The conjure endpoints read the token from `Authorization: Bearer` only (docs/api.md, "Where it goes"). */
+async function bearerCaller(req: Request, route: string) {
+  const token = bearerToken(req);
+  if (!token && req.headers.has('x-api-key')) {
+    throw new Refused({ kind: 'token', code: 'token_missing', message: `Missing token: ${route} reads the token from "Authorization: Bearer <token>", not from x-api-key` });
+  }
+  return authenticate(token);
+}
+
+/**
+ * The handler of each conjure route. The routes themselves are declared once, in routes.ts (API Gateway and the
+ * local runtime read the same list); a declared route without a handler here does not compile.
+ */
+const HANDLERS: Record<`${ConjureRoute['method']} ${ConjureRoute['path']}`, RouteHandler> = {
+  'GET /usage': async (req) => Response.json(await usageReport(await bearerCaller(req, '/usage'))),
+};
+
+/** The conjure URL (API Gateway REST): the routes of routes.ts, refusals in the conjure envelope. */
 export function conjureApp(): HttpApp {
-  const router = new Router().on('GET', '/usage', async (req) => {
-    const token = bearerToken(req);
-    if (!token && req.headers.has('x-api-key')) {
-      return conjureError(401, 'Missing token: /usage reads the token from "Authorization: Bearer <token>", not from x-api-key');
-    }
-    try {
-      const caller = await verifyToken(token, projectSecret);
-      Object.assign(accessRecord(), { project: caller.projectId, user: caller.userId });
-      return Response.json(await usageReport(caller));
-    } catch (err) {
-      if (err instanceof TokenError) return conjureError(401, err.message);
-      throw err;
-    }
-  });
+  const router = new Router();
+  for (const route of CONJURE_ROUTES) router.on(route.method, route.path, HANDLERS[`${route.method} ${route.path}`]);
   return httpApp({
     router,
-    renderClientError: clientErrorResponse,
-    internalError: () => conjureError(500, 'internal_error', 'The gateway failed to handle this request'),
+    renderRefusal: conjureRefusal,
+    internalError: () => conjureResponse(500, { error: 'internal_error', message: 'The gateway failed to handle this request' }),
     errorTypeOf: (body) => {
       const error = (body as { error?: unknown })?.error;
       return typeof error === 'string' ? error.slice(0, 80) : undefined;

@@ -4,7 +4,7 @@ import type { LambdaFunctionURLEvent } from 'aws-lambda';
 import { requestFromFunctionUrl, streamingHandler, streamingResultFrom } from '../http/function-url.ts';
 import { logger } from '../observability/logger.ts';
 import { proxyApp } from '../proxy/app.ts';
-import { settlementsInFlight } from '../proxy/messages.ts';
+import { settlementsInFlight } from '../metering/settlements.ts';
 import { observability } from './middleware.ts';
 
 const app = proxyApp();

@@ -1,7 +1,8 @@
 import type { APIGatewayProxyEvent, APIGatewayProxyResult } from 'aws-lambda';
+import { isTextual } from './content-type.ts';
 import { buildRequest, headersFrom } from './request.ts';
 
-/** An API Gateway REST (proxy integration) event as a web Request (a ClientError for what cannot be one). */
+/** An API Gateway REST (proxy integration) event as a web Request (a refusal for what cannot be one). */
 export function requestFromApiGateway(event: APIGatewayProxyEvent): Request {
   const params = new URLSearchParams();
   for (const [name, values] of Object.entries(event.multiValueQueryStringParameters ?? {})) {
@@ -19,10 +20,17 @@ export function requestFromApiGateway(event: APIGatewayProxyEvent): Request {
   });
 }
 
+/**
+ * A web Response as an API Gateway proxy result: Set-Cookie lines kept apart in `multiValueHeaders` (one header
+ * value cannot hold several), and a body that is not text base64-encoded, as API Gateway expects.
+ */
 export async function apiGatewayResultFrom(res: Response): Promise<APIGatewayProxyResult> {
   const headers: Record<string, string> = {};
   res.headers.forEach((value, name) => {
-    headers[name] = value;
+    if (name !== 'set-cookie') headers[name] = value;
   });
-  return { statusCode: res.status, headers, body: await res.text() };
+  const cookies = res.headers.getSetCookie();
+  const multi = cookies.length ? { multiValueHeaders: { 'set-cookie': cookies } } : {};
+  if (isTextual(res.headers.get('content-type'))) return { statusCode: res.status, headers, ...multi, body: await res.text() };
+  return { statusCode: res.status, headers, ...multi, body: Buffer.from(await res.arrayBuffer()).toString('base64'), isBase64Encoded: true };
 }

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
-import { metrics, MetricUnit } from '../observability/metrics.ts';
+import { emit } from '../observability/metrics.ts';
 import { refuseDeclaredOversize } from './body.ts';
-import { ClientError } from './errors.ts';
+import { Refused, type Refusal } from '../refusals/refusal.ts';
 import type { Router } from './router.ts';
 
 /**
@@ -13,8 +13,8 @@ import type { Router } from './router.ts';
  */
 export interface AppSpec {
   router: Router;
-  /** A ClientError as the app's response, in its envelope with the error's status and headers. */
-  renderClientError(err: ClientError): Response;
+  /** A refusal as the app's response, in its own envelope (lambdas/refusals). */
+  renderRefusal(refusal: Refusal): Response;
   /** The app's 500 for a failure of the gateway itself. */
   internalError(): Response;
   /** The error type an error body names, for the access log. */
@@ -22,7 +22,7 @@ export interface AppSpec {
 }
 
 export interface HttpApp {
-  /** The request, or a builder that may throw a ClientError when the event cannot be a Request (e.g. TRACE). */
+  /** The request, or a builder that may throw a refusal when the event cannot be a Request (e.g. TRACE). */
   fetch(input: Request | (() => Request)): Promise<Response>;
 }
 
@@ -32,7 +32,7 @@ export function httpApp(spec: AppSpec): HttpApp {
       const started = Date.now();
       const record: AccessRecord = { requestId: `req_gw_${randomBytes(12).toString('hex')}`, method: '-', path: '-' };
       return withAccessRecord(record, async () => {
-        metrics.addMetric('Requests', MetricUnit.Count, 1);
+        emit('Requests', 1);
         let res: Response;
         try {
           const req = typeof input === 'function' ? input() : input;
@@ -42,14 +42,14 @@ export function httpApp(spec: AppSpec): HttpApp {
           refuseDeclaredOversize(req);
           res = await spec.router.handle(req);
         } catch (err) {
-          if (err instanceof ClientError) {
-            res = spec.renderClientError(err);
+          if (err instanceof Refused) {
+            res = spec.renderRefusal(err.refusal);
           } else {
             logger.error('request failed', { error: err as Error, requestId: record.requestId, path: record.path });
             res = spec.internalError();
           }
         }
-        if (res.status >= 500) metrics.addMetric('Errors', MetricUnit.Count, 1);
+        if (res.status >= 500) emit('Errors', 1);
         record.status = res.status;
         const headers = new Headers(res.headers);
         headers.set('request-id', record.requestId);

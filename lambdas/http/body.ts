@@ -1,4 +1,4 @@
-import { ClientError } from './errors.ts';
+import { Refused } from '../refusals/refusal.ts';
 import { MAX_BODY_BYTES, MAX_JSON_DEPTH } from './limits.ts';
 
 /** Refuses (413) a request whose declared `content-length` is over MAX_BODY_BYTES, before a byte is read. */
@@ -18,12 +18,11 @@ export async function readBodyText(req: Request): Promise<string> {
   return new TextDecoder().decode(bytes);
 }
 
-function tooLarge(bytes: number): ClientError {
-  return new ClientError(
-    413,
-    'request_too_large',
-    `Request body is ${(bytes / 1_048_576).toFixed(1)} MB; the limit is ${MAX_BODY_BYTES / 1_048_576} MB`,
-  );
+function tooLarge(bytes: number): Refused {
+  return new Refused({
+    kind: 'request_too_large',
+    message: `Request body is ${(bytes / 1_048_576).toFixed(1)} MB; the limit is ${MAX_BODY_BYTES / 1_048_576} MB`,
+  });
 }
 
 /**
@@ -32,15 +31,15 @@ function tooLarge(bytes: number): ClientError {
  * the stack on.
  */
 export function parseJsonBody(text: string): unknown {
-  if (text.trim() === '') throw new ClientError(400, 'invalid_request', 'Request body is empty; expected a JSON object');
+  if (text.trim() === '') throw new Refused({ kind: 'invalid_request', message: 'Request body is empty; expected a JSON object' });
   const depth = jsonDepth(text);
   if (depth > MAX_JSON_DEPTH) {
-    throw new ClientError(400, 'invalid_request', `Request body nests deeper than ${MAX_JSON_DEPTH} levels of arrays and objects`);
+    throw new Refused({ kind: 'invalid_request', message: `Request body nests deeper than ${MAX_JSON_DEPTH} levels of arrays and objects` });
   }
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    throw new ClientError(400, 'invalid_request', 'Request body is not valid JSON');
+    throw new Refused({ kind: 'invalid_request', message: 'Request body is not valid JSON' });
   }
 }
 

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import type { LambdaFunctionURLEvent } from 'aws-lambda';
 import { buildRequest, headersFrom } from './request.ts';
 
-/** A function-URL event as a web Request (throws a ClientError for what cannot be one; the app renders it). */
+/** A function-URL event as a web Request (throws a refusal for what cannot be one; the app renders it). */
 export function requestFromFunctionUrl(event: LambdaFunctionURLEvent): Request {
   const headers = headersFrom(event.headers ?? {});
   if (event.cookies?.length) headers.set('cookie', event.cookies.join('; '));
@@ -19,6 +19,8 @@ export function requestFromFunctionUrl(event: LambdaFunctionURLEvent): Request {
 export interface StreamingResult {
   statusCode: number;
   headers: Record<string, string>;
+  /** Each Set-Cookie, separately: they cannot share one header line, and the prelude has a list for them. */
+  cookies?: string[];
   body: Readable | string;
 }
 
@@ -29,11 +31,13 @@ export interface StreamingResult {
 export function streamingResultFrom(res: Response): StreamingResult {
   const headers: Record<string, string> = {};
   res.headers.forEach((value, name) => {
-    headers[name] = value;
+    if (name !== 'set-cookie') headers[name] = value;
   });
+  const cookies = res.headers.getSetCookie();
   return {
     statusCode: res.status,
     headers,
+    ...(cookies.length ? { cookies } : {}),
     body: res.body ? Readable.fromWeb(res.body as import('node:stream/web').ReadableStream) : '',
   };
 }

@@ -1,4 +1,4 @@
-import { ClientError } from './errors.ts';
+import { Refused } from '../refusals/refusal.ts';
 
 /**
  * The one normalisation of a request path, used by the routers and by the local runtime to pick the app, so that
@@ -17,6 +17,6 @@ export function decodeSegment(segment: string): string {
   try {
     return decodeURIComponent(segment);
   } catch {
-    throw new ClientError(400, 'invalid_request', `The path segment "${segment.slice(0, 64)}" is not valid percent-encoded UTF-8`);
+    throw new Refused({ kind: 'invalid_request', message: `The path segment "${segment.slice(0, 64)}" is not valid percent-encoded UTF-8` });
   }
 }

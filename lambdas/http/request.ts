@@ -1,4 +1,4 @@
-import { ClientError } from './errors.ts';
+import { Refused } from '../refusals/refusal.ts';
 
 /**
  * Builds the web Request both AWS adapters hand to the core. The URL's origin is fixed: routing must depend on the
@@ -21,14 +21,14 @@ export interface RawRequest {
 export function buildRequest(raw: RawRequest): Request {
   const method = raw.method.toUpperCase();
   if (FORBIDDEN_METHODS.has(method) || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(raw.method)) {
-    throw new ClientError(405, 'method_not_allowed', `The ${raw.method.slice(0, 32)} method is not supported`);
+    throw new Refused({ kind: 'method_not_allowed', message: `The ${raw.method.slice(0, 32)} method is not supported`, allow: [] });
   }
   const path = raw.path.startsWith('/') ? raw.path : `/${raw.path}`;
   let url: URL;
   try {
     url = new URL(`${ORIGIN}${path.replace(/[?#]/g, encodeURIComponent)}${raw.query ? `?${raw.query}` : ''}`);
   } catch {
-    throw new ClientError(400, 'invalid_request', 'The request path is not a valid URL path');
+    throw new Refused({ kind: 'invalid_request', message: 'The request path is not a valid URL path' });
   }
   const hasBody = raw.body !== undefined && raw.body !== null && method !== 'GET' && method !== 'HEAD';
   return new Request(url, { method: raw.method, headers: raw.headers, body: hasBody ? (raw.body as BodyInit) : undefined });

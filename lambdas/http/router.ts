@@ -1,11 +1,11 @@
-import { ClientError } from './errors.ts';
+import { Refused } from '../refusals/refusal.ts';
 import { decodeSegment, normalizePath } from './path.ts';
 
 /**
  * A small web-standard core in the spirit of Hono: routes take a `Request` and give a `Response`. The Lambda
  * adapters (function URL, API Gateway) and the local runtime only translate to and from these. Routing looks at the
  * normalised path alone (never the Host header); a path with no route is a 404 and a known path with another method
- * a 405, both thrown as ClientErrors for the app to render in its own envelope.
+ * a 405, both thrown as refusals for the app to render in its own envelope.
  */
 export type RouteHandler = (req: Request, params: Record<string, string>) => Promise<Response> | Response;
 
@@ -21,27 +21,35 @@ export class Router {
 
   on(method: string, path: string, handler: RouteHandler): this {
     const keys: string[] = [];
-    const source = path.replace(/\{(\w+)\}/g, (_, key: string) => {
-      keys.push(key);
-      return '([^/]+)';
-    });
+    // Literal parts are escaped (a `.` in a route is a dot); `{name}` is one path segment.
+    const source = path
+      .split(/(\{\w+\})/)
+      .map((part) => {
+        const param = /^\{(\w+)\}$/.exec(part);
+        if (!param) return part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+        keys.push(param[1]!);
+        return '([^/]+)';
+      })
+      .join('');
     this.routes.push({ method, pattern: new RegExp(`^${source}/?$`), keys, handler });
     return this;
   }
 
   handle = async (req: Request): Promise<Response> => {
     const pathname = normalizePath(new URL(req.url).pathname);
-    let pathMatched = false;
+    const allow: string[] = [];
     for (const route of this.routes) {
       const match = route.pattern.exec(pathname);
       if (!match) continue;
-      pathMatched = true;
-      if (route.method !== req.method) continue;
+      if (route.method !== req.method) {
+        if (!allow.includes(route.method)) allow.push(route.method);
+        continue;
+      }
       const params = Object.fromEntries(route.keys.map((k, i) => [k, decodeSegment(match[i + 1]!)]));
       return route.handler(req, params);
     }
-    if (pathMatched) throw new ClientError(405, 'method_not_allowed', `${req.method} is not allowed on ${pathname}`);
-    throw new ClientError(404, 'not_found', `No route for ${req.method} ${pathname}`);
+    if (allow.length) throw new Refused({ kind: 'method_not_allowed', message: `${req.method} is not allowed on ${pathname}`, allow });
+    throw new Refused({ kind: 'not_found', message: `No route for ${req.method} ${pathname}` });
   };
 }
 

@@ -1,6 +1,23 @@
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 
 /**
+ * The gateway's own metrics, declared once: the handlers emit these names (embedded metric format) and the stack's
+ * dashboard and alarms read them (lib/constructs/observability.ts takes its names from `GatewayMetricName`).
+ * Plain data beside the `metrics` instance, so the stack imports it without anything else of the handlers.
+ */
+export const GATEWAY_METRICS = {
+  Requests: { unit: MetricUnit.Count, meaning: 'One per request answered by an app (either URL), whatever its status' },
+  Errors: { unit: MetricUnit.Count, meaning: 'One per 5xx answer, and per upstream stream that failed after the answer had started' },
+  SpendMicrodollars: { unit: MetricUnit.Count, meaning: 'AI spend charged to the ledger on settlement, in millionths of a USD' },
+  OverrunMicrodollars: { unit: MetricUnit.Count, meaning: 'What a charge exceeded its reservation by (the estimate was too low), in millionths of a USD' },
+  UpstreamLatency: { unit: MetricUnit.Milliseconds, meaning: 'Time the provider call took to answer, before any streamed body' },
+  LedgerErrors: { unit: MetricUnit.Count, meaning: 'A usage-ledger write (reservation or settlement) failed: spend may be unaccounted for' },
+  UsageEstimated: { unit: MetricUnit.Count, meaning: "One per answer charged from the gateway's own token count because the provider's usage was not trustworthy" },
+} as const;
+
+export type GatewayMetricName = keyof typeof GATEWAY_METRICS;
+
+/**
  * Embedded-metric-format metrics: requests, errors, spend and upstream latency (dashboard and alarms read these).
  * The stack sets the namespace and a per-stage service name (the `service` dimension), so stages never mix.
  */
@@ -9,4 +26,7 @@ export const metrics = new Metrics({
   serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'prompt-gateway',
 });
 
-export { MetricUnit };
+/** Records one of the gateway's metrics, in its declared unit (emitted when the invocation's metrics are flushed). */
+export function emit(name: GatewayMetricName, value: number): void {
+  metrics.addMetric(name, GATEWAY_METRICS[name].unit, value);
+}

@@ -1,12 +1,13 @@
-import { PROVIDER_LABELS, type AnthropicErrorBody, type AnthropicErrorType, type ProviderId } from './types.ts';
+import { isTimeout } from '../streaming/idle-timeout.ts';
+import { PROVIDER_LABELS, type ProviderId } from './ids.ts';
+import type { AnthropicErrorBody, AnthropicErrorType } from './types.ts';
 
 export function anthropicError(type: AnthropicErrorType, message: string): AnthropicErrorBody {
   return { type: 'error', error: { type, message } };
 }
 
-
 /**
- * DESIGN §4: what the client sees for an upstream HTTP failure. The client's own mistakes (400, 404, 413) and the
+ * What the client sees for an upstream HTTP failure (docs/api.md, "Upstream errors"). The client's own mistakes (400, 404, 413) and the
  * upstream's pressure signals (429, 529) pass through with their Anthropic type; a rejected credential is the
  * gateway's (or the project's) configuration, not the caller's token, so it is an api_error; every other failure
  * is a 500 api_error.
@@ -44,12 +45,11 @@ export function upstreamFailure(provider: ProviderId, status: number, upstreamMe
 
 /** A network failure or time-out talking to the upstream. */
 export function upstreamUnreachable(provider: ProviderId, err: unknown, timeoutMs: number): { status: number; body: AnthropicErrorBody } {
-  const timedOut = (err as { name?: string })?.name === 'TimeoutError';
   return {
     status: 500,
     body: anthropicError(
       'api_error',
-      timedOut ? `${PROVIDER_LABELS[provider]} did not answer within ${timeoutMs} ms` : `Could not reach ${PROVIDER_LABELS[provider]}: ${(err as Error)?.message ?? 'connection failed'}`,
+      isTimeout(err) ? `${PROVIDER_LABELS[provider]} did not answer within ${timeoutMs} ms` : `Could not reach ${PROVIDER_LABELS[provider]}: ${(err as Error)?.message ?? 'connection failed'}`,
     ),
   };
 }

@@ -1,21 +1,34 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import type { ProjectProvider } from '../registry/model.ts';
+import type { Project } from '../registry/model.ts';
+import type { ProviderId } from './ids.ts';
 
 /**
- * The contract every provider folder implements (`providers/<id>/index.ts` exports one `Provider`). The proxy speaks
- * only Anthropic's Messages format; a provider turns that into its own API and its answers back into Anthropic's
- * shapes, streams included. Adding a provider = a new folder with the same files + a line in providers/index.ts.
+ * The contract every provider folder implements. The proxy speaks only Anthropic's Messages format; a provider turns
+ * that into its own API and its answers back into Anthropic's shapes, streams included, and it knows where its API is
+ * and which key to call it with, so the proxy holds no per-provider case.
+ *
+ *   providers/ids.ts               the ids, their labels, which providers take a project's key
+ *   providers/index.ts             PROVIDERS: one line per provider
+ *   providers/anthropic/           pass-through (index.ts, api.ts, errors.ts, credentials.ts: the service key)
+ *   providers/chat-completions/    the shared translation to OpenAI's Chat Completions API (request.ts,
+ *                                  response.ts, stream.ts, errors.ts, provider.ts) and the Dialect type (dialect.ts)
+ *   providers/openai/              a Chat Completions dialect: dialect.ts (what differs) + index.ts (the Provider)
+ *   providers/openrouter/          the same two files
+ *
+ * Adding a provider = its id in ids.ts, a folder with the same files as its kind (a Chat Completions dialect:
+ * dialect.ts + index.ts) and a line in providers/index.ts; the compiler then asks for its label and its entry.
  */
-export type ProviderId = 'anthropic' | ProjectProvider;
 
-/** How messages name each provider. */
-export const PROVIDER_LABELS: Record<ProviderId, string> = { anthropic: 'Anthropic', openai: 'OpenAI', openrouter: 'OpenRouter' };
+/** Defined in ids.ts; re-exported for the modules that still import them from here. */
+export { PROVIDER_LABELS, type ProviderId } from './ids.ts';
 
 /** Error types of Anthropic's envelope `{type:"error", error:{type, message}}`. */
 export type AnthropicErrorType =
   | 'invalid_request_error'
   | 'authentication_error'
   | 'permission_error'
+  /** 402: the account's billing (here: a developer's compute plan) does not allow the request. */
+  | 'billing_error'
   | 'not_found_error'
   | 'request_too_large'
   | 'rate_limit_error'
@@ -37,7 +50,9 @@ export interface ProviderRequest {
   rawBody: string;
   /** Model name to ask the upstream for (`or:` already stripped). The answer must still name `body.model`. */
   upstreamModel: string;
+  /** From `Provider.baseUrl()` (tests pass their simulated upstream's). */
   baseUrl: string;
+  /** From `Provider.credential()`: the proxy refuses the request before calling when there is none. */
   apiKey: string;
   /** Client headers the upstream may need (Anthropic: forwarded; others: ignored). */
   headers: { anthropicVersion?: string; anthropicBeta?: string };
@@ -71,6 +86,15 @@ export type CountResult = { kind: 'count'; input_tokens: number; estimated: bool
 
 export interface Provider {
   id: ProviderId;
+  /** Where the provider's API is (its *_BASE_URL setting): the caller passes it in `ProviderRequest.baseUrl`. */
+  baseUrl(): string;
+  /**
+   * The key to call the upstream with for this project: the gateway's service key, or the project's own key
+   * (undefined when the project has not set one). The caller passes it in `ProviderRequest.apiKey`.
+   */
+  credential(project: Project): Promise<string | undefined>;
+  /** Whether `credential` is the project's key: a project without one cannot use the provider's models. */
+  usesProjectKey: boolean;
   send(req: ProviderRequest): Promise<ProviderResult>;
   countTokens(req: ProviderRequest): Promise<CountResult>;
 }

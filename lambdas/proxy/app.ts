@@ -1,6 +1,7 @@
 import { httpApp, type HttpApp } from '../http/app.ts';
 import { Router } from '../http/router.ts';
-import { clientErrorResponse, errorResponse } from './errors.ts';
+import { anthropicError } from '../providers/errors.ts';
+import { anthropicEnvelope, anthropicRefusal } from '../refusals/anthropic.ts';
 import { handleCountTokens, handleMessages } from './messages.ts';
 import { getModel, listModels } from './models.ts';
 
@@ -13,8 +14,8 @@ export function proxyApp(): HttpApp {
     .on('GET', '/v1/models/{id}', (req, { id }) => getModel(req, id!));
   return httpApp({
     router,
-    renderClientError: clientErrorResponse,
-    internalError: () => errorResponse(500, 'api_error', 'The gateway failed to handle this request'),
+    renderRefusal: (refusal) => anthropicRefusal(refusal),
+    internalError: () => anthropicEnvelope(500, anthropicError('api_error', 'The gateway failed to handle this request')),
     errorTypeOf: (body) => (body as { error?: { type?: string } })?.error?.type,
   });
 }

@@ -1,9 +1,10 @@
 import { findProvider } from '@pydantic/genai-prices';
-import { ClientError } from '../http/errors.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import { routeModel } from '../routing/route.ts';
-import { authenticate } from './caller.ts';
-import { servable } from './model-access.ts';
+import { unknownIssuer } from '../auth/authenticate.ts';
+import { servable } from '../metering/model-access.ts';
+import { Refused } from '../refusals/refusal.ts';
+import { proxyCaller } from './caller.ts';
 
 /**
  * GET /v1/models in Anthropic's list shape: exactly the models `POST /v1/messages` would serve and price for the
@@ -32,9 +33,9 @@ function catalogModels(): ModelInfo[] {
 }
 
 async function modelsFor(req: Request): Promise<ModelInfo[]> {
-  const caller = await authenticate(req);
+  const caller = await proxyCaller(req);
   const project = await cachedProject(caller.projectId);
-  if (!project) throw new ClientError(401, 'authentication', 'Token issuer is not a known project');
+  if (!project) throw unknownIssuer();
   const custom = Object.keys(project.pricing).map((id) => ({ type: 'model' as const, id, display_name: id, created_at: EPOCH }));
   const seen = new Set<string>();
   return [...custom, ...catalogModels()].filter((m) => !seen.has(m.id) && seen.add(m.id) && servable(project, m.id));
@@ -44,7 +45,7 @@ export async function listModels(req: Request): Promise<Response> {
   const models = await modelsFor(req);
   const params = new URL(req.url).searchParams;
   const limit = Number(params.get('limit') ?? 20);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new ClientError(400, 'invalid_request', 'limit must be an integer between 1 and 1000');
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new Refused({ kind: 'invalid_request', message: 'limit must be an integer between 1 and 1000' });
   const after = params.get('after_id');
   const before = params.get('before_id');
   let start = 0;
@@ -59,6 +60,6 @@ export async function listModels(req: Request): Promise<Response> {
 
 export async function getModel(req: Request, id: string): Promise<Response> {
   const found = (await modelsFor(req)).find((m) => m.id === id);
-  if (!found) throw new ClientError(404, 'not_found', `model: ${id}`);
+  if (!found) throw new Refused({ kind: 'not_found', message: `model: ${id}` });
   return Response.json(found);
 }

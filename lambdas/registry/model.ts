@@ -1,7 +1,9 @@
 import { z } from 'zod';
 import { Identifier } from '../auth/claims.ts';
+import { PROJECT_KEY_PROVIDERS } from '../providers/ids.ts';
 
-export const PROVIDERS_WITH_PROJECT_KEYS = ['openai', 'openrouter'] as const;
+/** The providers a project stores a key for: the list is the providers' own (providers/ids.ts). */
+export const PROVIDERS_WITH_PROJECT_KEYS = PROJECT_KEY_PROVIDERS;
 export const ProjectProvider = z.enum(PROVIDERS_WITH_PROJECT_KEYS);
 export type ProjectProvider = z.infer<typeof ProjectProvider>;
 
@@ -34,15 +36,3 @@ export const Project = z.object({
   secretRotatedAt: z.string().optional(),
 });
 export type Project = z.infer<typeof Project>;
-
-/** Concurrency tiers from the interface's Limits table, chosen by plan seconds. */
-export const TIERS = [
-  { name: 'pro', minPlanSeconds: 15_000_000, maxConcurrency: 10 },
-  { name: 'starter', minPlanSeconds: 3_500_000, maxConcurrency: 5 },
-  { name: 'hobby', minPlanSeconds: 0, maxConcurrency: 2 },
-] as const;
-export type Tier = (typeof TIERS)[number];
-
-export function tierFor(planSeconds: number): Tier {
-  return TIERS.find((t) => planSeconds >= t.minPlanSeconds) ?? TIERS[TIERS.length - 1]!;
-}

@@ -1,4 +1,4 @@
-import type { ProviderId } from '../providers/types.ts';
+import type { ProviderId } from '../providers/ids.ts';
 
 export interface Route {
   provider: ProviderId;
@@ -8,7 +8,7 @@ export interface Route {
 
 const OPENAI_MODEL = /^(gpt-|chatgpt-|o1|o3|o4)/;
 
-/** DESIGN §4: claude-* → Anthropic; GPT and o-series → OpenAI; `or:<id>` and every other name → OpenRouter. */
+/** docs/contract.md, "Proxy": claude-* → Anthropic; GPT and o-series → OpenAI; `or:<id>` and every other name → OpenRouter. */
 export function routeModel(model: string): Route {
   if (model.startsWith('or:')) return { provider: 'openrouter', upstreamModel: model.slice(3) };
   if (model.startsWith('claude-')) return { provider: 'anthropic', upstreamModel: model };

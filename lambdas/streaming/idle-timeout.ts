@@ -1,3 +1,5 @@
+import { APIConnectionTimeoutError } from 'openai/core/error';
+
 /** Waits for `read`, failing with a TimeoutError if it takes longer than `ms` (one idle gap of a stream). */
 export async function readWithin<T>(read: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -32,4 +34,13 @@ export function withIdleTimeout(source: ReadableStream<Uint8Array>, ms: number):
       return reader.cancel(reason);
     },
   });
+}
+
+/**
+ * Whether a failure is a time-out rather than a broken connection, whoever raised it: `readWithin` and
+ * `AbortSignal.timeout` raise a DOMException named TimeoutError; the OpenAI SDK raises its own
+ * APIConnectionTimeoutError, whose name is plain "Error", so only its class tells.
+ */
+export function isTimeout(err: unknown): boolean {
+  return err instanceof APIConnectionTimeoutError || (err as { name?: unknown } | null | undefined)?.name === 'TimeoutError';
 }

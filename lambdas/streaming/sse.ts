@@ -21,11 +21,14 @@ export class SseDecoder {
     this.buffer += this.text.decode();
     if (this.buffer.trim() === '') return [];
     this.buffer += '\n\n';
-    return this.drain();
+    return this.drain(true);
   }
 
-  private drain(): SseEvent[] {
+  private drain(final = false): SseEvent[] {
     const events: SseEvent[] = [];
+    // A CR that ends the input so far may be the first half of a CRLF split across chunks: it waits for the next one.
+    const held = !final && this.buffer.endsWith('\r') ? '\r' : '';
+    if (held) this.buffer = this.buffer.slice(0, -1);
     this.buffer = this.buffer.replace(/\r\n?/g, '\n');
     let boundary: number;
     while ((boundary = this.buffer.indexOf('\n\n')) !== -1) {
@@ -44,6 +47,7 @@ export class SseDecoder {
       }
       if (event !== undefined || data.length) events.push({ event, data: data.join('\n') });
     }
+    this.buffer += held;
     return events;
   }
 }

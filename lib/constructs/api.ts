@@ -3,16 +3,8 @@ import * as apigw from 'aws-cdk-lib/aws-apigateway';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
+import type { RestRoute } from '../../lambdas/conjure/routes.ts';
 import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
-
-/**
- * The conjure REST routes, all proxied to the conjure function (which routes them itself). Adding an endpoint is
- * one line here; the later ones are: POST /incubate, POST /incubate/batch, GET /incubate/vessel/{id},
- * POST /incubate/vessel/{id}/cancel.
- */
-export const CONJURE_ROUTES: ReadonlyArray<{ readonly method: 'GET' | 'POST'; readonly path: string }> = [
-  { method: 'GET', path: '/usage' },
-];
 
 /** Per-stage throttling: the steady rate (requests/s) and the burst above it. */
 export const CONJURE_THROTTLING = { rateLimit: 50, burstLimit: 100 } as const;
@@ -20,14 +12,17 @@ export const CONJURE_THROTTLING = { rateLimit: 50, burstLimit: 100 } as const;
 export interface ConjureApiProps {
   readonly stage: string;
   readonly production: boolean;
-  readonly handler: lambda.IFunction;
-  readonly routes?: typeof CONJURE_ROUTES;
+  /**
+   * The functions behind the API and the routes each one serves: the manifest's `rest` triggers
+   * (lambdas/handlers/manifest.ts; conjure's routes are CONJURE_ROUTES in lambdas/conjure/routes.ts).
+   */
+  readonly integrations: ReadonlyArray<{ readonly handler: lambda.IFunction; readonly routes: readonly RestRoute[] }>;
 }
 
 /**
- * API Gateway REST API in front of the conjure function: a regional endpoint, a stage named after the gateway
- * stage with throttling, JSON access logs and error-level execution logs (both with a retention), a request
- * validator on every method. Authorization is the gateway's own JWT check inside the function.
+ * API Gateway REST API in front of the conjure function, one method per route of its manifest entry: a regional
+ * endpoint, a stage named after the gateway stage with throttling, JSON access logs and error-level execution logs
+ * (both with a retention), a request validator on every method. Authorization is the gateway's own JWT check inside the function.
  */
 export class ConjureApi extends Construct {
   readonly api: apigw.RestApi;
@@ -88,9 +83,15 @@ export class ConjureApi extends Construct {
       validateRequestBody: true,
       validateRequestParameters: true,
     });
-    const integration = new apigw.LambdaIntegration(props.handler, { proxy: true, allowTestInvoke: false });
-    for (const route of props.routes ?? CONJURE_ROUTES) {
-      this.api.root.resourceForPath(route.path).addMethod(route.method, integration, { requestValidator: validator });
+    const routed = new Set<string>();
+    for (const { handler, routes } of props.integrations) {
+      const integration = new apigw.LambdaIntegration(handler, { proxy: true, allowTestInvoke: false });
+      for (const route of routes) {
+        const key = `${route.method} ${route.path}`;
+        if (routed.has(key)) throw new Error(`Two functions serve ${key} on the conjure API`);
+        routed.add(key);
+        this.api.root.resourceForPath(route.path).addMethod(route.method, integration, { requestValidator: validator });
+      }
     }
 
     // The stack outputs ConjureUrl (without a trailing slash) instead of RestApi's own "Endpoint" output.

@@ -6,10 +6,8 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import type { GatewayMetricName } from '../../lambdas/observability/metrics.ts';
 import { METRICS_NAMESPACE, serviceName } from './functions.ts';
-
-/** The metrics the handlers emit through Powertools (embedded metric format — no PutMetricData permission needed). */
-type GatewayMetricName = 'Requests' | 'Errors' | 'SpendMicrodollars' | 'UpstreamLatency' | 'LedgerErrors';
 
 const PERIOD = Duration.minutes(5);
 /** Share of answers that may be 5xx (or of invocations that may fail) before an alarm goes off, in percent. */
@@ -18,7 +16,8 @@ const ERROR_RATE_PERCENT = 5;
 export interface GatewayObservabilityProps {
   readonly stage: string;
   readonly functions: ReadonlyArray<{ readonly id: string; readonly fn: lambda.IFunction }>;
-  readonly api: apigw.RestApi;
+  /** The conjure REST API, when the stack has one. */
+  readonly api?: apigw.RestApi;
   readonly deadLetterQueues: ReadonlyArray<{ readonly id: string; readonly queue: sqs.IQueue }>;
   /** An existing SNS topic alarms notify; without one they only change state (visible on the dashboard). */
   readonly alarmTopicArn?: string;
@@ -82,20 +81,23 @@ export class GatewayObservability extends Construct {
     });
 
     // --- API Gateway ---
-    const api5xxRate = props.api.metricServerError({ statistic: cw.Stats.AVERAGE, period: PERIOD });
-    alarm('ConjureApi5xxRate', {
-      metric: new cw.MathExpression({
-        expression: '100 * rate',
-        usingMetrics: { rate: api5xxRate },
-        label: 'API 5xx (%)',
-        period: PERIOD,
-      }),
-      threshold: ERROR_RATE_PERCENT,
-      evaluationPeriods: 3,
-      datapointsToAlarm: 2,
-      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-      alarmDescription: `More than ${ERROR_RATE_PERCENT}% of conjure API requests answered 5xx (API Gateway 5XXError).`,
-    });
+    const { api } = props;
+    if (api) {
+      const api5xxRate = api.metricServerError({ statistic: cw.Stats.AVERAGE, period: PERIOD });
+      alarm('ConjureApi5xxRate', {
+        metric: new cw.MathExpression({
+          expression: '100 * rate',
+          usingMetrics: { rate: api5xxRate },
+          label: 'API 5xx (%)',
+          period: PERIOD,
+        }),
+        threshold: ERROR_RATE_PERCENT,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 2,
+        comparisonOperator: cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        alarmDescription: `More than ${ERROR_RATE_PERCENT}% of conjure API requests answered 5xx (API Gateway 5XXError).`,
+      });
+    }
 
     // --- Functions ---
     for (const { id: fnId, fn } of props.functions) {
@@ -169,16 +171,20 @@ export class GatewayObservability extends Construct {
       }),
     );
     this.dashboard.addWidgets(
-      new cw.GraphWidget({
-        title: 'Conjure API',
-        left: [
-          props.api.metricCount({ period: PERIOD, label: 'requests' }),
-          props.api.metricClientError({ period: PERIOD, statistic: cw.Stats.SUM, label: '4xx' }),
-          props.api.metricServerError({ period: PERIOD, statistic: cw.Stats.SUM, label: '5xx' }),
-        ],
-        right: [props.api.metricLatency({ period: PERIOD, statistic: cw.Stats.p(99), label: 'latency p99 (ms)' })],
-        width: 8,
-      }),
+      ...(api
+        ? [
+            new cw.GraphWidget({
+              title: 'Conjure API',
+              left: [
+                api.metricCount({ period: PERIOD, label: 'requests' }),
+                api.metricClientError({ period: PERIOD, statistic: cw.Stats.SUM, label: '4xx' }),
+                api.metricServerError({ period: PERIOD, statistic: cw.Stats.SUM, label: '5xx' }),
+              ],
+              right: [api.metricLatency({ period: PERIOD, statistic: cw.Stats.p(99), label: 'latency p99 (ms)' })],
+              width: 8,
+            }),
+          ]
+        : []),
       new cw.GraphWidget({ title: 'Dead-letter queue depth', left: dlqDepth, width: 8 }),
       new cw.GraphWidget({ title: 'Ledger errors', left: [ledgerErrors], width: 8 }),
     );
@@ -186,6 +192,10 @@ export class GatewayObservability extends Construct {
   }
 }
 
+/**
+ * One of the metrics the handlers emit through Powertools (embedded metric format — no PutMetricData permission
+ * needed); the names are declared once, in GATEWAY_METRICS (lambdas/observability/metrics.ts).
+ */
 function gatewayMetric(stage: string, metricName: GatewayMetricName, statistic: string): cw.Metric {
   return new cw.Metric({
     namespace: METRICS_NAMESPACE,

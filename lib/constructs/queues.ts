@@ -4,30 +4,21 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { QUEUES } from '../../lambdas/store/queues.ts';
+import { QUEUES, queueSpec, VISIBILITY_TIMEOUT_FACTOR, type QueueEnvVar, type QueueName } from '../../lambdas/store/queues.ts';
 import { removalPolicyFor } from './lifecycle.ts';
 
-export type QueueName = (typeof QUEUES)[number]['name'];
+export type { QueueName };
 
-/**
- * The longest a consumer of each queue may run. A message stays invisible for six times that (AWS's advice for
- * Lambda event sources), so a slow but healthy batch is never handed to a second consumer meanwhile.
- */
-export const CONSUMER_TIMEOUTS: Record<QueueName, Duration> = {
-  /** The vessel executor: one run, up to Lambda's maximum. */
-  run: Duration.minutes(15),
-  /** The webhook sender: a 10 s delivery plus bookkeeping. */
-  webhook: Duration.seconds(30),
-};
-
-/** Batch sizes for the consumers: the executor runs one vessel per invocation, the webhook sender ten callbacks. */
-const BATCH_SIZES: Record<QueueName, number> = { run: 1, webhook: 10 };
+/** The visibility timeout of a queue: VISIBILITY_TIMEOUT_FACTOR × its consumer timeout (lambdas/store/queues.ts). */
+export function visibilityTimeoutOf(name: QueueName): Duration {
+  return Duration.seconds(queueSpec(name).consumerTimeoutSeconds * VISIBILITY_TIMEOUT_FACTOR);
+}
 
 export interface GatewayQueue {
   readonly name: QueueName;
   /** `Run`, `Webhook`: the name as it appears in construct ids and alarm names. */
   readonly label: string;
-  readonly envVar: (typeof QUEUES)[number]['envVar'];
+  readonly envVar: QueueEnvVar;
   readonly queue: sqs.Queue;
   readonly deadLetterQueue: sqs.Queue;
 }
@@ -55,7 +46,7 @@ export class GatewayQueues extends Construct {
         removalPolicy,
       });
       const queue = new sqs.Queue(this, `${label}Queue`, {
-        visibilityTimeout: Duration.seconds(CONSUMER_TIMEOUTS[spec.name].toSeconds() * 6),
+        visibilityTimeout: visibilityTimeoutOf(spec.name),
         encryption: sqs.QueueEncryption.SQS_MANAGED,
         enforceSSL: true,
         deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: spec.maxReceiveCount },
@@ -83,21 +74,22 @@ export class GatewayQueues extends Construct {
 
   /**
    * Makes `fn` the queue's consumer: an SQS event source that reports partial batch failures (only the failed
-   * messages return to the queue). Refuses a consumer that may run longer than the queue's visibility was sized for.
+   * messages return to the queue). The batch size defaults to the queue's (QUEUES). Refuses a consumer that may run
+   * longer than the queue's visibility was sized for.
    */
   attachConsumer(name: QueueName, fn: lambda.Function, options: { batchSize?: number; maxConcurrency?: number } = {}): void {
-    const limit = CONSUMER_TIMEOUTS[name];
+    const limit = Duration.seconds(queueSpec(name).consumerTimeoutSeconds);
     const timeout = fn.timeout ?? Duration.seconds(3);
     if (timeout.toSeconds() > limit.toSeconds()) {
       throw new Error(
         `The ${name} queue's visibility timeout is sized for consumers of at most ${limit.toHumanString()}; ` +
-          `${fn.node.path} runs for up to ${timeout.toHumanString()}. Raise CONSUMER_TIMEOUTS.${name} first.`,
+          `${fn.node.path} runs for up to ${timeout.toHumanString()}. Raise consumerTimeoutSeconds of the ${name} queue (lambdas/store/queues.ts) first.`,
       );
     }
     fn.addEventSource(
       new SqsEventSource(this.byName[name].queue, {
         reportBatchItemFailures: true,
-        batchSize: options.batchSize ?? BATCH_SIZES[name],
+        batchSize: options.batchSize ?? queueSpec(name).batchSize,
         ...(options.maxConcurrency ? { maxConcurrency: options.maxConcurrency } : {}),
       }),
     );

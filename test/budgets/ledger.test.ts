@@ -2,9 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import {
-  addDeveloperCompute,
-  developerAllowance,
-  developerComputeUsed,
   readUsage,
   reserve,
   settle,
@@ -51,7 +48,7 @@ describe('windowFor', () => {
   });
 });
 
-describe('reserve under concurrency (DESIGN §3 promise)', () => {
+describe('reserve under concurrency (the hard cap, docs/contract.md "Budgets and money")', () => {
   it('200 parallel reservations of 7 µ$ against 500 µ$ admit exactly floor(500/7) = 71, then settle exactly', async () => {
     const c = caller({ ai: 500 });
     const results = await Promise.all(Array.from({ length: 200 }, () => reserve({ caller: c, amounts: { ai: 7, compute: 0 }, enforce: ['ai'] })));
@@ -303,43 +300,5 @@ describe('compute meter', () => {
     const c = caller({ compute: 100 });
     const results = await Promise.all(Array.from({ length: 200 }, () => reserve({ caller: c, amounts: { ai: 0, compute: 3 }, enforce: ['compute'] })));
     expect(results.filter((r) => r.ok).length).toBe(33); // 33 × 3 = 99 ≤ 100; a 34th would make 102
-  });
-});
-
-describe('developer monthly compute', () => {
-  it('adds, reads, and starts again at the month boundary', async () => {
-    const dev = `dev-${randomBytes(4).toString('hex')}`;
-    const jan = new Date('2031-01-31T23:59:59.999Z');
-    const feb = new Date('2031-02-01T00:00:00.000Z');
-    expect(await developerComputeUsed(dev, jan)).toBe(0);
-    expect(await addDeveloperCompute(dev, 100, jan)).toBe(100);
-    expect(await addDeveloperCompute(dev, 50, new Date('2031-01-01T00:00:00.000Z'))).toBe(150);
-    expect(await developerComputeUsed(dev, jan)).toBe(150);
-    expect(await developerComputeUsed(dev, feb)).toBe(0);
-    expect(await addDeveloperCompute(dev, 7, feb)).toBe(7);
-    expect(await developerComputeUsed(dev, jan)).toBe(150);
-    expect(await developerComputeUsed(dev, feb)).toBe(7);
-    // other developers are separate
-    expect(await developerComputeUsed(`${dev}-other`, jan)).toBe(0);
-  });
-
-  it('concurrent additions are all counted', async () => {
-    const dev = `dev-${randomBytes(4).toString('hex')}`;
-    await Promise.all(Array.from({ length: 50 }, (_, i) => addDeveloperCompute(dev, i + 1)));
-    expect(await developerComputeUsed(dev)).toBe((50 * 51) / 2);
-  });
-
-  it('refuses bad amounts', async () => {
-    await expect(addDeveloperCompute('dev-x', -1)).rejects.toThrow('seconds must be a non-negative integer, got -1');
-    await expect(addDeveloperCompute('dev-x', 1.5)).rejects.toThrow(RangeError);
-  });
-
-  it('developerAllowance compares with planSeconds + poolSeconds', () => {
-    const plan = { planSeconds: 100, poolSeconds: 50 };
-    expect(developerAllowance(plan, 0)).toEqual({ allowed: true, used: 0, available: 150, planSeconds: 100, poolSeconds: 50 });
-    expect(developerAllowance(plan, 149)).toEqual({ allowed: true, used: 149, available: 1, planSeconds: 100, poolSeconds: 50 });
-    expect(developerAllowance(plan, 150)).toEqual({ allowed: false, used: 150, available: 0, planSeconds: 100, poolSeconds: 50 });
-    expect(developerAllowance(plan, 400)).toEqual({ allowed: false, used: 400, available: 0, planSeconds: 100, poolSeconds: 50 });
-    expect(developerAllowance({ planSeconds: 0, poolSeconds: 0 }, 0).allowed).toBe(false);
   });
 });

@@ -6,7 +6,7 @@ const at = (iso: string) => new Date(iso);
 const start = (kind: WindowKind, iso: string) => windowStart(kind, at(iso)).toISOString();
 const end = (kind: WindowKind, iso: string) => windowEnd(kind, at(iso))?.toISOString();
 
-describe('UTC calendar windows (DESIGN §3)', () => {
+describe('UTC calendar windows (docs/contract.md, "Budgets and money")', () => {
   it('hour: top of the hour, one hour long', () => {
     expect(start('hour', '2024-03-10T14:37:12.345Z')).toBe('2024-03-10T14:00:00.000Z');
     expect(start('hour', '2024-03-10T14:00:00.000Z')).toBe('2024-03-10T14:00:00.000Z');

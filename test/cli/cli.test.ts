@@ -7,7 +7,6 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../bin/gateway.ts';
 import { resolveTarget } from '../../bin/cli/target.ts';
 import { LocalKeyCipher } from '../../lambdas/registry/key-cipher.ts';
-import { tierFor } from '../../lambdas/registry/model.ts';
 import {
   createProject,
   describeProject,
@@ -358,15 +357,6 @@ describe('CLI invocation errors (main() in process; exit code = its return value
 });
 
 describe('registry (in process)', () => {
-  it('tierFor follows the plan-seconds thresholds', () => {
-    expect(tierFor(0)).toMatchObject({ name: 'hobby', maxConcurrency: 2 });
-    expect(tierFor(3_499_999)).toMatchObject({ name: 'hobby', maxConcurrency: 2 });
-    expect(tierFor(3_500_000)).toMatchObject({ name: 'starter', maxConcurrency: 5 });
-    expect(tierFor(14_999_999)).toMatchObject({ name: 'starter', maxConcurrency: 5 });
-    expect(tierFor(15_000_000)).toMatchObject({ name: 'pro', maxConcurrency: 10 });
-    expect(tierFor(1e12)).toMatchObject({ name: 'pro', maxConcurrency: 10 });
-  });
-
   it('refuses a project for an unknown developer and updates of unknown projects', async () => {
     await expect(createProject({ developerId: 'nobody' })).rejects.toThrow(new RegistryError('Developer nobody does not exist'));
     await expect(setModelPricing('prj_nope', 'm', { inputUsdPerMtok: 1, outputUsdPerMtok: 1 })).rejects.toThrow('Project prj_nope does not exist');

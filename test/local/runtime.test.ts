@@ -8,12 +8,16 @@ import middy from '@middy/core';
 import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
 import { CreateQueueCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { LambdaFunctionURLEvent, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { installAwsLambdaShim, isStreamingHandler } from '../../bin/local/awslambda-shim.ts';
 import { functionUrlEvent, readBody } from '../../bin/local/events.ts';
-import { pollQueue, sqsClient, startLocalQueues, type LocalQueues } from '../../bin/local/queues.ts';
+import { pollQueue, sqsClient, sqsRecord, startLocalQueues, succeededMessages, type LocalQueues } from '../../bin/local/queues.ts';
 import { invokeStreaming, startGateway } from '../../bin/local/runtime.ts';
 import { LocalScheduler } from '../../bin/local/scheduler.ts';
+import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
+import { sqsQueueSender } from '../../lambdas/queues/sender.ts';
+import { QUEUES } from '../../lambdas/store/queues.ts';
+import { deliveries } from '../queues/fixtures/recording-consumer.ts';
 import { createDeveloper, createProject, getDeveloper, getProject, providerKeyFor, setProviderKey } from '../../lambdas/registry/registry.ts';
 
 const tmpDirs: string[] = [];
@@ -203,10 +207,15 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
     }
   }
 
-  it('startLocalQueues declares the run and webhook queues', () => {
+  it('startLocalQueues declares the run and webhook queues', async () => {
     expect(Object.keys(queues.urls).sort()).toEqual(['RUN_QUEUE_URL', 'WEBHOOK_QUEUE_URL']);
     expect(queues.urls.RUN_QUEUE_URL).toMatch(/rt-run$/);
     expect(queues.urls.WEBHOOK_QUEUE_URL).toMatch(/rt-webhook$/);
+    // visibility as in the stack: 6 × the queue's consumer timeout (QUEUES)
+    for (const spec of QUEUES) {
+      const out = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.urls[spec.envVar], AttributeNames: ['VisibilityTimeout'] }));
+      expect(Number(out.Attributes?.VisibilityTimeout), spec.name).toBe(spec.consumerTimeoutSeconds * 6);
+    }
   });
 
   it('delivers SQS events and honours batchItemFailures: the failed message comes back, the good one is deleted', async () => {
@@ -349,6 +358,114 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
       const file = join(tmp(), 'schedules.json');
       writeFileSync(file, JSON.stringify([{ name: 'x', at: '2030-01-01T00:00:00.000Z', body: '{}' }]));
       expect(new LocalScheduler({ file, sqs, targetQueueUrl: 'unused' }).pending()).toEqual([{ name: 'x', at: '2030-01-01T00:00:00.000Z', body: '{}' }]);
+    });
+  });
+});
+
+describe('startGateway serves an sqs function of the manifest', () => {
+  it('polls its queue, hands the handler real-shaped SQS events and deletes only what it did not report failed', async () => {
+    const gw = await startGateway({
+      dynamoEndpoint: inject('dynamoEndpoint'),
+      tablePrefix: 'sqsfn',
+      simulateUpstreams: true,
+      functions: [
+        ...FUNCTIONS,
+        {
+          id: 'RecordingConsumer',
+          entry: 'test/queues/fixtures/recording-consumer.ts',
+          description: 'records deliveries',
+          memoryMb: 256,
+          timeoutSeconds: 30,
+          trigger: { kind: 'sqs', queue: 'webhook' },
+          access: { tables: {}, providers: false, queues: [] },
+        },
+      ],
+    });
+    try {
+      expect(gw.functions.map((f) => `${f.id}:${f.kind}`)).toEqual(['Channeling:streaming-url', 'ConjureApi:rest', 'RecordingConsumer:sqs']);
+      expect((await fetch(`${gw.url}/health`)).status).toBe(200);
+      // The handlers' environment names the queues, so the sender reaches the local fauxqs.
+      const sender = sqsQueueSender();
+      const okId = await sender.send('webhook', { n: 1 });
+      const flakyId = await sender.send('webhook', { n: 2, fail: 1 });
+      const deadline = Date.now() + 20_000;
+      const seen = () => deliveries().map((d) => `${d.record.messageId}#${d.record.attributes.ApproximateReceiveCount}`);
+      // The failed one would come back once its visibility (6 × 30 s) runs out; one delivery of each is enough here.
+      while (!seen().includes(`${flakyId}#1`) && Date.now() < deadline) await sleep(50);
+      expect(seen()).toContain(`${okId}#1`);
+      const sqs = sqsClient(gw.queues.endpoint);
+      try {
+        // The good message was deleted, the failed one is in flight (it returns to the queue), nothing else.
+        await sleep(200);
+        const out = await sqs.send(
+          new GetQueueAttributesCommand({ QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }),
+        );
+        expect({ visible: Number(out.Attributes?.ApproximateNumberOfMessages), inFlight: Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible) }).toEqual({ visible: 0, inFlight: 1 });
+      } finally {
+        sqs.destroy();
+      }
+      const first = deliveries().find((d) => d.record.messageId === okId)!;
+      expect(first.body).toEqual({ n: 1 });
+      expect(first.record).toMatchObject({
+        eventSource: 'aws:sqs',
+        awsRegion: 'us-east-1',
+        eventSourceARN: 'arn:aws:sqs:us-east-1:000000000000:sqsfn-webhook',
+        body: '{"n":1}',
+        messageAttributes: {},
+        attributes: { ApproximateReceiveCount: '1', SentTimestamp: expect.stringMatching(/^\d+$/) },
+      });
+      expect(first.record.receiptHandle).toMatch(/\S/);
+      expect(first.record.md5OfBody).toMatch(/^[0-9a-f]{32}$/);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  it('refuses to start with a function it cannot serve locally, before starting anything', async () => {
+    await expect(
+      startGateway({ functions: [...FUNCTIONS, { ...FUNCTIONS[0], id: 'Sessions', trigger: { kind: 'websocket' } }] }),
+    ).rejects.toThrow(/does not serve websocket triggers yet.*Sessions/);
+  });
+});
+
+describe('the local event source mapping, as Lambda decides', () => {
+  const messages = ['a', 'b', 'c'].map((id) => ({ MessageId: id, ReceiptHandle: `rh-${id}`, Body: id }));
+
+  it('deletes what batchItemFailures does not name; nothing on a throw or on an answer naming a message not in the batch', () => {
+    expect(succeededMessages(messages, { result: undefined }).map((m) => m.MessageId)).toEqual(['a', 'b', 'c']);
+    expect(succeededMessages(messages, { result: { batchItemFailures: [{ itemIdentifier: 'b' }] } }).map((m) => m.MessageId)).toEqual(['a', 'c']);
+    expect(succeededMessages(messages, { error: new Error('crash') })).toEqual([]);
+    expect(succeededMessages(messages, { result: { batchItemFailures: [{ itemIdentifier: 'zzz' }] } })).toEqual([]);
+    expect(succeededMessages(messages, { result: { batchItemFailures: [{ itemIdentifier: '' }] } })).toEqual([]);
+  });
+
+  it('message attributes arrive in the event\'s spelling', () => {
+    const record = sqsRecord(
+      {
+        MessageId: 'm',
+        ReceiptHandle: 'rh',
+        Body: '{}',
+        MD5OfBody: 'f'.repeat(32),
+        MD5OfMessageAttributes: 'e'.repeat(32),
+        Attributes: { ApproximateReceiveCount: '2' },
+        MessageAttributes: { kind: { DataType: 'String', StringValue: 'webhook' }, blob: { DataType: 'Binary', BinaryValue: new Uint8Array([1, 2]) } },
+      },
+      'http://127.0.0.1:1/000000000000/gw-webhook',
+    );
+    expect(record).toEqual({
+      messageId: 'm',
+      receiptHandle: 'rh',
+      body: '{}',
+      attributes: { ApproximateReceiveCount: '2' },
+      messageAttributes: {
+        kind: { dataType: 'String', stringValue: 'webhook', stringListValues: [], binaryListValues: [] },
+        blob: { dataType: 'Binary', binaryValue: 'AQI=', stringListValues: [], binaryListValues: [] },
+      },
+      md5OfBody: 'f'.repeat(32),
+      md5OfMessageAttributes: 'e'.repeat(32),
+      eventSource: 'aws:sqs',
+      eventSourceARN: 'arn:aws:sqs:us-east-1:000000000000:gw-webhook',
+      awsRegion: 'us-east-1',
     });
   });
 });

@@ -200,7 +200,7 @@ function schemaProblem(v: unknown, route: 'messages' | 'count_tokens', ceiling: 
   return undefined;
 }
 
-/** DESIGN §4 routing, restated: claude-* → Anthropic; gpt-*, chatgpt-*, o1*, o3*, o4* → OpenAI; or:<id> and the rest → OpenRouter. */
+/** The routing of docs/contract.md ("Proxy"), restated: claude-* → Anthropic; gpt-*, chatgpt-*, o1*, o3*, o4* → OpenAI; or:<id> and the rest → OpenRouter. */
 export function providerOf(model: string): { provider: PriceProvider; upstream: string } {
   if (model.startsWith('or:')) return { provider: 'openrouter', upstream: model.slice(3) };
   if (model.startsWith('claude-')) return { provider: 'anthropic', upstream: model };

@@ -8,7 +8,7 @@ export interface GatewayLimits {
   maxJsonDepth: number;
   maxTokensCeiling: number | undefined;
   /**
-   * The hard cap's floor (DESIGN §3): a request whose max_tokens must be lowered below this to fit the budget is
+   * The hard cap's floor (docs/contract.md, "Budgets and money"): a request whose max_tokens must be lowered below this to fit the budget is
    * refused. Undefined when the gateway has no hard cap (then a request is admitted while used < budget).
    */
   minOutputTokens: number | undefined;
@@ -35,7 +35,7 @@ export async function gatewayLimits(): Promise<GatewayLimits> {
     await exportsOf(() => import('../../lambdas/http/limits.ts') as Promise<Record<string, unknown>>),
     await exportsOf(() => import('../../lambdas/proxy/schema.ts') as Promise<Record<string, unknown>>),
   ];
-  const admission = [await exportsOf(() => import('../../lambdas/proxy/admission.ts') as Promise<Record<string, unknown>>)];
+  const admission = [await exportsOf(() => import('../../lambdas/metering/admission.ts') as Promise<Record<string, unknown>>)];
   const floor = pick(admission, /^MIN_OUTPUT_TOKENS$/);
   const body = pick(mods, /^MAX_BODY_BYTES$|BODY.*BYTES/i);
   const depth = pick(mods, /^MAX_JSON_DEPTH$|DEPTH/i);

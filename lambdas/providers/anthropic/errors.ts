@@ -1,7 +1,7 @@
 import { upstreamFailure } from '../errors.ts';
 import type { ProviderResult } from '../types.ts';
 
-/** An Anthropic error response, mapped by the gateway's pass-through policy (DESIGN §4). */
+/** An Anthropic error response, mapped by the gateway's pass-through policy (docs/api.md, "Upstream errors"). */
 export async function errorResult(res: Response): Promise<Extract<ProviderResult, { kind: 'error' }>> {
   const text = await res.text().catch(() => '');
   let message: string | undefined;

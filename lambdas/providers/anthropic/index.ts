@@ -1,9 +1,11 @@
 import type Anthropic from '@anthropic-ai/sdk';
+import { env } from '../../config/env.ts';
+import { withIdleTimeout } from '../../streaming/idle-timeout.ts';
 import { upstreamUnreachable } from '../errors.ts';
 import type { CountResult, Provider, ProviderRequest, ProviderResult } from '../types.ts';
 import { endpoint, upstreamHeaders } from './api.ts';
+import { anthropicApiKey } from './credentials.ts';
 import { errorResult } from './errors.ts';
-import { withIdleTimeout } from '../../streaming/idle-timeout.ts';
 
 /**
  * Anthropic is the gateway's own format, so nothing is translated: the client's bytes go up unchanged and the
@@ -20,6 +22,10 @@ async function call(req: ProviderRequest, path: string): Promise<Response> {
 
 export const anthropicProvider: Provider = {
   id: 'anthropic',
+  baseUrl: () => env().ANTHROPIC_BASE_URL,
+  // The gateway's own service key, whatever the project: Anthropic usage is billed to the service.
+  credential: () => anthropicApiKey(),
+  usesProjectKey: false,
 
   async send(req): Promise<ProviderResult> {
     let res: Response;

@@ -1,4 +1,6 @@
-import { requestedEffort, thinkingBudget, type Dialect } from '../openai/request.ts';
+import { env } from '../../config/env.ts';
+import type { Dialect } from '../chat-completions/dialect.ts';
+import { requestedEffort, thinkingBudget } from '../chat-completions/request.ts';
 
 /**
  * OpenRouter speaks OpenAI's Chat Completions; it differs only here:
@@ -10,6 +12,7 @@ import { requestedEffort, thinkingBudget, type Dialect } from '../openai/request
  */
 export const OPENROUTER_DIALECT: Dialect = {
   id: 'openrouter',
+  baseUrl: () => env().OPENROUTER_BASE_URL,
   reasoningField: 'reasoning',
   limits(params, body) {
     if (typeof body.max_tokens === 'number') params.max_tokens = body.max_tokens;

@@ -4,8 +4,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startOpenAIUpstream } from '../../../bin/local/upstreams/openai.ts';
 import { estimateInputTokens, THINKING_TEXT, toolCallTokens } from '../../../bin/local/upstreams/script.ts';
 import type { SimulatedUpstream } from '../../../bin/local/upstreams/types.ts';
+import { estimateTokens, shortenToolName, translateRequest } from '../../../lambdas/providers/chat-completions/request.ts';
+import { OPENAI_DIALECT } from '../../../lambdas/providers/openai/dialect.ts';
 import { openaiProvider } from '../../../lambdas/providers/openai/index.ts';
-import { estimateTokens, OPENAI_DIALECT, shortenToolName, translateRequest } from '../../../lambdas/providers/openai/request.ts';
 import type { MessagesRequest, ProviderRequest, ProviderResult } from '../../../lambdas/providers/types.ts';
 
 let up: SimulatedUpstream;

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startOpenAIUpstream } from '../../../bin/local/upstreams/openai.ts';
 import { THINKING_TEXT } from '../../../bin/local/upstreams/script.ts';
 import type { SimulatedUpstream } from '../../../bin/local/upstreams/types.ts';
-import { bodyFailure } from '../../../lambdas/providers/openai/errors.ts';
+import { bodyFailure } from '../../../lambdas/providers/chat-completions/errors.ts';
 import { reportedCostMicros } from '../../../lambdas/providers/openrouter/dialect.ts';
 import { openrouterProvider } from '../../../lambdas/providers/openrouter/index.ts';
 import type { MessagesRequest, ProviderRequest, ProviderResult } from '../../../lambdas/providers/types.ts';

@@ -1,0 +1,156 @@
+import {
+  ApiGatewayManagementApiClient,
+  DeleteConnectionCommand,
+  PostToConnectionCommand,
+} from '@aws-sdk/client-apigatewaymanagementapi';
+import type { APIGatewayEventWebsocketRequestContextV2, APIGatewayProxyStructuredResultV2, APIGatewayProxyWebsocketEventV2 } from 'aws-lambda';
+import { env } from '../config/env.ts';
+import { onInstanceReset } from '../instance/state.ts';
+import { headersFrom } from './request.ts';
+
+/**
+ * API Gateway WebSocket events as a small domain union, and the way back to a client (ConnectionSender). Translation
+ * only: nothing here decides whether a connection is allowed or what a message means.
+ */
+
+/**
+ * What API Gateway really delivers for a WebSocket route. `@types/aws-lambda` leaves out the handshake's headers
+ * (present on $connect, partly on $disconnect) and the close code and reason of $disconnect.
+ */
+export type WebSocketLambdaEvent = Omit<APIGatewayProxyWebsocketEventV2, 'requestContext'> & {
+  headers?: Record<string, string | undefined>;
+  multiValueHeaders?: Record<string, string[] | undefined>;
+  /** As typed by `@types/aws-lambda`, but `messageId` only on messages (API Gateway sends none with $connect). */
+  requestContext: Omit<APIGatewayEventWebsocketRequestContextV2, 'messageId'> & {
+    messageId?: string;
+    disconnectStatusCode?: number;
+    disconnectReason?: string;
+    identity?: { sourceIp?: string; userAgent?: string };
+  };
+};
+
+interface Common {
+  readonly connectionId: string;
+  /** API Gateway's id of this event (for logs). */
+  readonly requestId: string;
+  /** `https://<domain>/<stage>`: the management endpoint that reaches this connection (apiGatewayConnectionSender). */
+  readonly callbackUrl: string;
+}
+
+export type WebSocketEvent =
+  /** A client asks to connect: the handshake's headers and query string (where a token travels). */
+  | (Common & { readonly kind: 'connect'; readonly headers: Headers; readonly query: URLSearchParams; readonly sourceIp?: string })
+  /** The connection is gone (closed by either side, or idle); the close code and reason when API Gateway gives them. */
+  | (Common & { readonly kind: 'disconnect'; readonly statusCode?: number; readonly reason?: string })
+  /** A message from the client, text or (base64-delivered) binary, on its route ($default unless a route matched). */
+  | (Common & { readonly kind: 'message'; readonly route: string; readonly data: string | Uint8Array });
+
+/** The domain event of an API Gateway WebSocket event (by its eventType, so custom route keys are messages too). */
+export function webSocketEventFrom(event: WebSocketLambdaEvent): WebSocketEvent {
+  const ctx = event.requestContext;
+  const common: Common = {
+    connectionId: ctx.connectionId,
+    requestId: ctx.requestId,
+    callbackUrl: `https://${ctx.domainName}/${ctx.stage}`,
+  };
+  switch (ctx.eventType) {
+    case 'CONNECT': {
+      const query = new URLSearchParams();
+      if (event.multiValueQueryStringParameters) {
+        for (const [name, values] of Object.entries(event.multiValueQueryStringParameters)) for (const v of values ?? []) query.append(name, v);
+      } else {
+        for (const [name, value] of Object.entries(event.queryStringParameters ?? {})) if (value !== undefined) query.append(name, value);
+      }
+      return {
+        ...common,
+        kind: 'connect',
+        headers: headersFrom(event.headers ?? {}),
+        query,
+        ...(ctx.identity?.sourceIp ? { sourceIp: ctx.identity.sourceIp } : {}),
+      };
+    }
+    case 'DISCONNECT':
+      return {
+        ...common,
+        kind: 'disconnect',
+        ...(ctx.disconnectStatusCode !== undefined ? { statusCode: ctx.disconnectStatusCode } : {}),
+        ...(ctx.disconnectReason ? { reason: ctx.disconnectReason } : {}),
+      };
+    case 'MESSAGE': {
+      const body = event.body ?? '';
+      return {
+        ...common,
+        kind: 'message',
+        route: ctx.routeKey,
+        data: event.isBase64Encoded ? new Uint8Array(Buffer.from(body, 'base64')) : body,
+      };
+    }
+    default:
+      throw new Error(`Unknown WebSocket event type ${String((ctx as { eventType?: unknown }).eventType)}`);
+  }
+}
+
+/**
+ * What a WebSocket route's function answers: 200 accepts a $connect (any other status refuses the handshake with
+ * it); for $disconnect and messages API Gateway only notes it.
+ */
+export function webSocketResult(statusCode = 200, body?: string): APIGatewayProxyStructuredResultV2 {
+  return body === undefined ? { statusCode } : { statusCode, body };
+}
+
+/** The way back to WebSocket clients. */
+export interface ConnectionSender {
+  /** Sends one message; false when the connection is gone (the client left), so the caller can forget it. */
+  send(connectionId: string, data: string | Uint8Array): Promise<boolean>;
+  /** Closes the connection; closing one that is already gone is not an error. */
+  close(connectionId: string): Promise<void>;
+}
+
+const clients = new Map<string, ApiGatewayManagementApiClient>();
+onInstanceReset(() => {
+  for (const client of clients.values()) client.destroy();
+  clients.clear();
+});
+
+/** One management API client per endpoint and instance. */
+function managementClient(endpoint: string): ApiGatewayManagementApiClient {
+  let client = clients.get(endpoint);
+  if (!client) {
+    client = new ApiGatewayManagementApiClient({ endpoint, region: env().AWS_REGION });
+    clients.set(endpoint, client);
+  }
+  return client;
+}
+
+function isGone(err: unknown): boolean {
+  const e = err as { name?: string; $metadata?: { httpStatusCode?: number } } | undefined;
+  return e?.name === 'GoneException' || e?.$metadata?.httpStatusCode === 410;
+}
+
+/**
+ * A ConnectionSender on the API Gateway Management API of one WebSocket stage (`callbackUrl` of an event, or the
+ * stage's callback URL). The function needs `execute-api:ManageConnections` on that API (the stack grants it to a
+ * function with a `websocket` trigger).
+ */
+export function apiGatewayConnectionSender(endpoint: string): ConnectionSender {
+  return {
+    async send(connectionId, data) {
+      try {
+        await managementClient(endpoint).send(
+          new PostToConnectionCommand({ ConnectionId: connectionId, Data: typeof data === 'string' ? new TextEncoder().encode(data) : data }),
+        );
+        return true;
+      } catch (err) {
+        if (isGone(err)) return false;
+        throw err;
+      }
+    },
+    async close(connectionId) {
+      try {
+        await managementClient(endpoint).send(new DeleteConnectionCommand({ ConnectionId: connectionId }));
+      } catch (err) {
+        if (!isGone(err)) throw err;
+      }
+    },
+  };
+}

@@ -1,0 +1,161 @@
+import type { Caller } from '../auth/claims.ts';
+import { reserve, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
+import { windowEnd } from '../budgets/windows.ts';
+import type { ModelPricing } from '../pricing/prices.ts';
+import type { MessagesRequest } from '../providers/types.ts';
+import type { BudgetFigures, Refusal } from '../refusals/refusal.ts';
+import { estimateInputTokens } from './estimate.ts';
+
+/**
+ * Admission of a proxied request against what remains of the user's budget (docs/contract.md, "Hard cap"). The
+ * request's worst case — its input bound at the dearest input rate, `max_tokens` at the output rate, and the
+ * server-tool fees it can incur — is reserved only if `used + reserved + worst ≤ budget`, in the ledger's single
+ * conditional write. When the input side fits but the full `max_tokens` does not, `max_tokens` is lowered to the
+ * largest value that fits (never raised; a request that fits is never touched); below the floor, the request is
+ * refused with 429.
+ */
+
+/** The smallest answer worth clamping to: below this a request is refused rather than cut to nothing useful. */
+export const MIN_OUTPUT_TOKENS = 64;
+/** Web searches a request may run when its web_search tool sets no `max_uses` (the gateway sets it upstream). */
+export const DEFAULT_WEB_SEARCH_MAX_USES = 10;
+const PICO_PER_MICRO = 1_000_000n;
+
+export interface WorstCase {
+  inputTokens: number;
+  /** Picodollars of the input side: every input token at the dearest input rate (cache writes cost more). */
+  inputPico: number;
+  /** Picodollars per output token. */
+  outputRate: number;
+  /** Picodollars of the server-tool fees the request can incur. */
+  feesPico: number;
+}
+
+export interface Admission {
+  reservation: Reservation;
+  /** The body to forward: the client's, or a copy with `max_tokens` lowered and/or web-search `max_uses` set. */
+  body: MessagesRequest;
+  /** Set when `max_tokens` was lowered to fit the budget. */
+  clampedMaxTokens?: number;
+  worstCase: WorstCase;
+}
+
+const isWebSearch = (tool: unknown) => typeof (tool as { type?: unknown })?.type === 'string' && (tool as { type: string }).type.startsWith('web_search_');
+
+/** Web-search tools with their `max_uses` bounded: the client's own value, else the gateway's default. */
+function boundedTools(body: MessagesRequest, pricing: ModelPricing): { tools?: unknown[]; uses: number; changed: boolean } {
+  if (!Array.isArray(body.tools) || pricing.fees.webSearch === undefined) return { tools: body.tools as unknown[] | undefined, uses: 0, changed: false };
+  let uses = 0;
+  let changed = false;
+  const tools = (body.tools as unknown[]).map((tool) => {
+    if (!isWebSearch(tool)) return tool;
+    const maxUses = (tool as { max_uses?: unknown }).max_uses;
+    if (typeof maxUses === 'number' && Number.isSafeInteger(maxUses) && maxUses >= 0) {
+      uses += maxUses;
+      return tool;
+    }
+    uses += DEFAULT_WEB_SEARCH_MAX_USES;
+    changed = true;
+    return { ...(tool as object), max_uses: DEFAULT_WEB_SEARCH_MAX_USES };
+  });
+  return { tools, uses, changed };
+}
+
+export function worstCaseOf(pricing: ModelPricing, body: MessagesRequest, webSearches: number): WorstCase {
+  const inputTokens = estimateInputTokens(body);
+  const rates = pricing.rates(inputTokens);
+  const dearestInput = Math.max(rates.input, rates.cacheWrite, rates.cacheWrite1h, rates.cacheRead);
+  return { inputTokens, inputPico: inputTokens * dearestInput, outputRate: rates.output, feesPico: webSearches * (pricing.fees.webSearch ?? 0) };
+}
+
+/** Worst case in whole microdollars (rounded up) at a given `max_tokens`. */
+export function worstCaseMicros(w: WorstCase, maxTokens: number): number {
+  return Number((BigInt(w.inputPico) + BigInt(maxTokens) * BigInt(w.outputRate) + BigInt(w.feesPico) + PICO_PER_MICRO - 1n) / PICO_PER_MICRO);
+}
+
+/** The largest `max_tokens` whose worst case fits in `room` microdollars (exact, in integers). */
+function largestFitting(w: WorstCase, room: number, cap: number): number {
+  const spare = BigInt(Math.max(0, room)) * PICO_PER_MICRO - BigInt(w.inputPico) - BigInt(w.feesPico);
+  if (spare < 0n) return -1;
+  if (w.outputRate === 0) return cap;
+  const fit = spare / BigInt(w.outputRate);
+  return fit > BigInt(cap) ? cap : Number(fit);
+}
+
+/** The floor for this request: MIN_OUTPUT_TOKENS, or the thinking budget + 1 (Anthropic needs max_tokens above it). */
+function floorOf(body: MessagesRequest): number {
+  const thinking = body.thinking as { type?: string; budget_tokens?: unknown } | undefined;
+  const needed = thinking?.type === 'enabled' && typeof thinking.budget_tokens === 'number' ? Math.max(MIN_OUTPUT_TOKENS, thinking.budget_tokens + 1) : MIN_OUTPUT_TOKENS;
+  // A request asking for less than the floor is admitted at its own size or not at all.
+  return Math.min(needed, body.max_tokens);
+}
+
+/** Reserves the request's worst case (lowering `max_tokens` to fit when it can), or says why it cannot be admitted. */
+export async function admit(
+  caller: Caller,
+  pricing: ModelPricing,
+  clientBody: MessagesRequest,
+  now = new Date(),
+): Promise<{ ok: true; admission: Admission } | { ok: false; refusal: Refusal }> {
+  const bounded = boundedTools(clientBody, pricing);
+  // The body as it will be forwarded (a `max_uses` the gateway adds is input too); only max_tokens may change later.
+  const forwarded = bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody;
+  const worstCase = worstCaseOf(pricing, forwarded, bounded.uses);
+  const floor = floorOf(clientBody);
+  let maxTokens = clientBody.max_tokens;
+  let usage: WindowUsage | undefined;
+  // A refusal tells us what remained at that instant; concurrent requests may move it, hence a few attempts.
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const result = await reserve({ caller, amounts: { ai: worstCaseMicros(worstCase, maxTokens), compute: 0 }, enforce: ['ai'], now });
+    if (result.ok) {
+      const clamped = maxTokens < clientBody.max_tokens;
+      const body = clamped ? { ...forwarded, max_tokens: maxTokens } : forwarded;
+      return { ok: true, admission: { reservation: result.reservation, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase } };
+    }
+    usage = result.usage;
+    const room = caller.budget.ai - usage.used.ai - usage.reserved.ai;
+    const fit = largestFitting(worstCase, room, clientBody.max_tokens);
+    if (fit < floor) break;
+    maxTokens = fit;
+  }
+  return { ok: false, refusal: budgetRefusal(caller, usage!, worstCaseMicros(worstCase, floor), now) };
+}
+
+/**
+ * A refused reservation, said so that clients retry only when waiting can help: when even the smallest useful form
+ * of the request does not fit beside what is already spent, nothing but the window's reset frees room
+ * (`budget_exhausted`, with the seconds to the reset; none for a lifetime window); when it would fit once the user's
+ * requests in flight settle, `budget_held` (the renderers say "retry in a second").
+ */
+function budgetRefusal(caller: Caller, usage: WindowUsage, smallestWorst: number, now: Date): Refusal {
+  const { used, reserved } = usage;
+  const budget = caller.budget.ai;
+  const figures = budgetFigures(caller, usage);
+  const window = `${caller.budget.window} window (started ${usage.key.windowStart})`;
+  const remaining = Math.max(0, budget - used.ai);
+  if (used.ai + smallestWorst > budget) {
+    const end = windowEnd(caller.budget.window, new Date(usage.key.windowStart));
+    const retryAfterSeconds = end ? Math.max(1, Math.ceil((end.getTime() - now.getTime()) / 1000)) : undefined;
+    const resets = end ? `; it resets at ${end.toISOString()}` : '; a lifetime budget does not reset';
+    const what =
+      used.ai >= budget
+        ? `AI budget exhausted: ${used.ai} of ${budget} microdollars spent in the current ${window}`
+        : `AI budget too low for this request: ${remaining} of ${budget} microdollars remain in the current ${window}, and even its smallest form costs up to ${smallestWorst}`;
+    return { kind: 'budget_exhausted', message: `${what}${resets}`, budget: figures, ...(retryAfterSeconds === undefined ? {} : { retryAfterSeconds }) };
+  }
+  return {
+    kind: 'budget_held',
+    message: `AI budget fully held by requests in flight: ${used.ai} spent and ${reserved.ai} reserved of ${budget} microdollars in the current ${window}; retry when they finish`,
+    budget: figures,
+  };
+}
+
+/** The window's figures for both meters, as a budget refusal reports them (remaining = budget − used − held). */
+function budgetFigures(caller: Caller, usage: WindowUsage): BudgetFigures {
+  const meter = (m: 'ai' | 'compute') => ({
+    used: usage.used[m],
+    remaining: Math.max(0, caller.budget[m] - usage.used[m] - usage.reserved[m]),
+    budget: caller.budget[m],
+  });
+  return { ai: meter('ai'), compute: meter('compute') };
+}

@@ -1,0 +1,332 @@
+import type Anthropic from '@anthropic-ai/sdk';
+import { unknownIssuer } from '../auth/authenticate.ts';
+import type { Caller } from '../auth/claims.ts';
+import type { Reservation } from '../budgets/ledger.ts';
+import { env } from '../config/env.ts';
+import { accessRecord } from '../observability/access-log.ts';
+import { logger } from '../observability/logger.ts';
+import { emit } from '../observability/metrics.ts';
+import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
+import { anthropicError } from '../providers/errors.ts';
+import { PROVIDERS } from '../providers/index.ts';
+import { PROVIDER_LABELS, type MessagesRequest, type Provider, type ProviderRequest, type ProviderResult } from '../providers/types.ts';
+import type { Project } from '../registry/model.ts';
+import { cachedProject } from '../registry/project-cache.ts';
+import type { Refusal } from '../refusals/refusal.ts';
+import { routeModel, type Route } from '../routing/route.ts';
+import { isTimeout, readWithin } from '../streaming/idle-timeout.ts';
+import { encodeSse } from '../streaming/sse.ts';
+import { MessageAccumulator } from './accumulator.ts';
+import { admit } from './admission.ts';
+import { pricingFor } from './model-access.ts';
+import { settleCharge, track } from './settlements.ts';
+import { producedByMessage, trustedAnthropicUsage } from './usage.ts';
+
+/**
+ * The metered model call (docs/architecture.md, "The metered model call"): given a caller and a validated
+ * Anthropic-format request, it routes the model, resolves the provider's credential and the price, reserves the
+ * worst case (docs/contract.md, "Hard cap"), calls the provider, meters the answer — JSON or stream — and settles.
+ * It knows nothing of HTTP: the proxy, the agent runtime, vessels and sessions all call it and render its result
+ * or refusal themselves, so every model call is reserved and settled the same way, for every provider.
+ */
+
+export interface ModelCallInput {
+  caller: Caller;
+  /** The request in Anthropic's format, validated for what the gateway needs (proxy/schema.ts MessagesBody). */
+  body: MessagesRequest;
+  /** The exact text the client sent, forwarded unchanged when the gateway did not change the body. */
+  rawBody?: string;
+  /** The client's Anthropic version and beta headers (forwarded to Anthropic, ignored by translated providers). */
+  anthropicHeaders?: ProviderRequest['headers'];
+  /**
+   * Aborts the call: a JSON call stops and is charged its input bound (the provider may have billed it); a stream
+   * stops after reading on to the provider's input report (at most INPUT_REPORT_WAIT_MS) and is charged what was
+   * produced. A caller that merely stops reading a stream cancels its body instead, with the same effect.
+   */
+  signal?: AbortSignal;
+  now?: Date;
+}
+
+/** What a settled call cost. */
+export interface CallCharge {
+  microdollars: number;
+  /** The tokens charged (absent when the upstream's own reported cost was used). */
+  tokens?: TokenUsage;
+  /** What is left of the window's AI budget right after settling; absent when the ledger could not say. */
+  remaining?: number;
+}
+
+export type ModelCall =
+  | { ok: false; refusal: Refusal; clampedMaxTokens?: number }
+  | ({ ok: true; kind: 'message'; message: Anthropic.Message; clampedMaxTokens?: number } & { charge: CallCharge })
+  | { ok: true; kind: 'stream'; stream: MeteredStream; clampedMaxTokens?: number };
+
+export interface MeteredStream {
+  /** Anthropic SSE bytes as the provider produces them; read it to its end, or cancel it to stop the call. */
+  body: ReadableStream<Uint8Array>;
+  /** Decodes `body` as it is read: usage, the accumulated message, and an event feed (`onEvent`). */
+  accumulator: MessageAccumulator;
+  /** Resolves once the stream has ended or been cancelled and its charge is settled. */
+  settled: Promise<CallCharge>;
+}
+
+interface ResolvedModel {
+  route: Route;
+  provider: Provider;
+  project: Project;
+  apiKey: string;
+}
+
+/**
+ * The provider for a model name and the credential it is called with. A project key that seems missing, or a price
+ * that seems unknown, is read once more (rate-limited per project) before refusing: the owner may have just set it.
+ */
+async function resolveModel(caller: Caller, model: string): Promise<ResolvedModel | Refusal> {
+  const route = routeModel(model);
+  const provider = PROVIDERS[route.provider];
+  let project = await cachedProject(caller.projectId);
+  if (!project) return unknownIssuer().refusal;
+  let apiKey = await provider.credential(project);
+  if (!apiKey && provider.usesProjectKey) {
+    project = (await cachedProject(caller.projectId, { refresh: true })) ?? project;
+    apiKey = await provider.credential(project);
+  }
+  if (!apiKey) {
+    const label = PROVIDER_LABELS[route.provider];
+    return {
+      kind: 'missing_provider_key',
+      model,
+      provider: route.provider,
+      projectId: project.projectId,
+      message: `Model "${model}" routes to ${label}, but project ${project.projectId} has no ${label} API key (${route.provider}); the project owner sets it with "gateway project set-provider-key --provider ${route.provider}"`,
+    };
+  }
+  return { route, provider, project, apiKey };
+}
+
+async function requirePricing(resolved: ResolvedModel, model: string): Promise<ModelPricing | Refusal> {
+  const pricing =
+    pricingFor(resolved.project, model, resolved.route) ??
+    pricingFor((await cachedProject(resolved.project.projectId, { refresh: true })) ?? resolved.project, model, resolved.route);
+  if (pricing) return pricing;
+  return {
+    kind: 'unpriced_model',
+    model,
+    message: `Model "${model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${model}"`,
+  };
+}
+
+function providerRequest(resolved: ResolvedModel, input: ModelCallInput, body: MessagesRequest, rawBody: string, signal: AbortSignal): ProviderRequest {
+  return {
+    body,
+    rawBody,
+    upstreamModel: resolved.route.upstreamModel,
+    baseUrl: resolved.provider.baseUrl(),
+    apiKey: resolved.apiKey,
+    headers: input.anthropicHeaders ?? {},
+    signal,
+    timeoutMs: env().UPSTREAM_TIMEOUT_MS,
+  };
+}
+
+/** One metered model call; see the module comment. Failures of the gateway itself (not refusals) are thrown. */
+export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
+  const { caller, body } = input;
+  const resolved = await resolveModel(caller, body.model);
+  if ('kind' in resolved) return { ok: false, refusal: resolved };
+  const pricing = await requirePricing(resolved, body.model);
+  if ('kind' in pricing) return { ok: false, refusal: pricing };
+  const admitted = await admit(caller, pricing, body, input.now);
+  if (!admitted.ok) return { ok: false, refusal: admitted.refusal };
+  const { admission } = admitted;
+  const { reservation } = admission;
+  const clampedMaxTokens = admission.clampedMaxTokens;
+  // The forwarded body changes only when the gateway bounded it; otherwise the client's bytes go up unchanged.
+  const rawBody = admission.body === body && input.rawBody !== undefined ? input.rawBody : JSON.stringify(admission.body);
+  // A caller that stops listening does not stop the provider's bill, so the call is not abandoned on its own: a JSON
+  // answer is awaited and charged as counted, a stream is read until the provider has reported its input.
+  const upstream = new AbortController();
+  const context = { model: body.model, provider: resolved.route.provider };
+  const started = Date.now();
+  let result: ProviderResult;
+  try {
+    result = await resolved.provider.send(providerRequest(resolved, input, admission.body, rawBody, input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal));
+  } catch (err) {
+    await track(settleCharge(reservation, 0, context));
+    throw err;
+  }
+  const log = accessRecord();
+  log.upstreamMs = Date.now() - started;
+  emit('UpstreamLatency', log.upstreamMs);
+
+  if (result.kind === 'error') {
+    // Aborted by the caller: the provider may have billed the input it had read.
+    const micros = input.signal?.aborted ? charge(pricing, { input_tokens: admission.worstCase.inputTokens, output_tokens: 0 }).microdollars : 0;
+    await track(settleCharge(reservation, micros, context));
+    return { ok: false, refusal: { kind: 'upstream', status: result.status, body: result.body }, clampedMaxTokens };
+  }
+
+  if (result.kind === 'message') {
+    const trusted = trustedAnthropicUsage(result.message.usage);
+    if (!trusted) untrustedUsage(context, 'message');
+    const tokens = trusted ?? {
+      input_tokens: admission.worstCase.inputTokens,
+      // The provider cannot have produced more than it was allowed: the estimate stays inside the reservation.
+      output_tokens: Math.min(producedByMessage(result.message.content), admission.body.max_tokens),
+    };
+    const reported = reportedCost(result.reportedCostMicros, context);
+    const micros = reported ?? charge(pricing, tokens).microdollars;
+    const outcome = await track(settleCharge(reservation, micros, context));
+    log.costMicrodollars = micros;
+    return { ok: true, kind: 'message', message: result.message, clampedMaxTokens, charge: chargeOf(caller, micros, reported === undefined ? tokens : undefined, outcome) };
+  }
+
+  const charged = (accumulator: MessageAccumulator): { micros: number; tokens?: TokenUsage } => {
+    if (accumulator.usageUntrusted) untrustedUsage(context, 'stream');
+    const reported = reportedCost(result.reportedCostMicros?.(), context);
+    if (reported !== undefined) return { micros: reported };
+    const tokens = accumulator.tokens(admission.worstCase.inputTokens, admission.body.max_tokens);
+    return { micros: charge(pricing, tokens).microdollars, tokens };
+  };
+  return { ok: true, kind: 'stream', stream: meteredStream(result, { caller, charged, reservation, upstream, signal: input.signal, context }), clampedMaxTokens };
+}
+
+function chargeOf(caller: Caller, micros: number, tokens: TokenUsage | undefined, outcome: Awaited<ReturnType<typeof settleCharge>>): CallCharge {
+  const out: CallCharge = { microdollars: micros };
+  if (tokens) out.tokens = tokens;
+  if (outcome?.used) out.remaining = Math.max(0, caller.budget.ai - outcome.used.ai - (outcome.reserved?.ai ?? 0));
+  return out;
+}
+
+/** An answer whose usage could not be trusted is charged from the gateway's own count: say so, once per answer. */
+function untrustedUsage(context: Record<string, unknown>, kind: 'message' | 'stream'): void {
+  emit('UsageEstimated', 1);
+  logger.warn('upstream usage missing or implausible; charged from the gateway count', { ...context, kind });
+}
+
+/** No single request can cost more than this ($10,000): a larger reported cost is a broken upstream. */
+const MAX_PLAUSIBLE_COST_MICROS = 10_000_000_000;
+
+/** A cost the upstream reported itself (OpenRouter), used only when it is a plausible whole number of microdollars. */
+function reportedCost(micros: number | undefined, context: Record<string, unknown>): number | undefined {
+  if (micros === undefined) return undefined;
+  if (Number.isSafeInteger(micros) && micros >= 0 && micros <= MAX_PLAUSIBLE_COST_MICROS) return micros;
+  untrustedUsage(context, 'message');
+  return undefined;
+}
+
+/** How long a stream whose reader left may still be read to learn the input count the provider reports. */
+export const INPUT_REPORT_WAIT_MS = 5_000;
+
+interface StreamMetering {
+  caller: Caller;
+  charged: (accumulator: MessageAccumulator) => { micros: number; tokens?: TokenUsage };
+  reservation: Reservation;
+  /** Stops the upstream call. */
+  upstream: AbortController;
+  /** The caller's own abort (an interrupted agent turn). */
+  signal?: AbortSignal;
+  context: Record<string, unknown>;
+}
+
+/**
+ * Passes the provider's SSE bytes through as they arrive while the accumulator reads them. The charge is settled
+ * before the stream closes (so a Lambda never freezes with it pending); a broken upstream becomes an `event: error`;
+ * a reader that goes away (or a caller's abort) stops the upstream and is charged for what was produced — after
+ * reading on, briefly, to the provider's `message_start` if it left before that, so the input is charged as the
+ * provider counted it rather than at the gateway's bound.
+ */
+function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: StreamMetering): MeteredStream {
+  const reader = result.body.getReader();
+  const accumulator = new MessageAccumulator();
+  const log = accessRecord();
+  let settled: Promise<CallCharge> | undefined;
+  let resolveSettled!: (charge: CallCharge) => void;
+  const settledOnce = new Promise<CallCharge>((resolve) => (resolveSettled = resolve));
+  // Tracked at once (before `before` runs), so a handler's wait for settlements already sees it.
+  const finish = (before?: () => Promise<void>) => {
+    settled ??= track(
+      (async () => {
+        await before?.().catch(() => undefined);
+        accumulator.end();
+        const { micros, tokens } = m.charged(accumulator);
+        log.costMicrodollars = micros;
+        const charge = chargeOf(m.caller, micros, tokens, await settleCharge(m.reservation, micros, m.context));
+        resolveSettled(charge);
+        return charge;
+      })(),
+    );
+    return settled;
+  };
+  const readToInputReport = async () => {
+    const deadline = Date.now() + INPUT_REPORT_WAIT_MS;
+    while (!accumulator.inputReported && Date.now() < deadline) {
+      const { done, value } = await readWithin(reader.read(), Math.max(1, deadline - Date.now()));
+      if (done) return;
+      accumulator.push(value);
+    }
+  };
+  const stop = async () => {
+    await finish(readToInputReport);
+    m.upstream.abort();
+    await reader.cancel().catch(() => undefined);
+  };
+  if (m.signal) {
+    if (m.signal.aborted) void stop();
+    else m.signal.addEventListener('abort', () => void stop(), { once: true });
+  }
+  const body = new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        try {
+          const { done, value } = await reader.read();
+          if (done) {
+            await finish();
+            controller.close();
+            return;
+          }
+          accumulator.push(value);
+          controller.enqueue(value);
+        } catch (err) {
+          if (m.upstream.signal.aborted) {
+            // Stopped on purpose: the charge is (being) settled by `stop`.
+            await settled;
+            closeQuietly(controller);
+            return;
+          }
+          logger.warn('upstream stream failed', { ...m.context, error: (err as Error)?.message });
+          emit('Errors', 1);
+          controller.enqueue(
+            encodeSse('error', anthropicError('api_error', isTimeout(err) ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream')),
+          );
+          await finish();
+          controller.close();
+        }
+      },
+      async cancel() {
+        await stop();
+      },
+    },
+    { highWaterMark: 0 },
+  );
+  return { body, accumulator, settled: settledOnce };
+}
+
+function closeQuietly(controller: ReadableStreamDefaultController<Uint8Array>): void {
+  try {
+    controller.close();
+  } catch {
+    // already cancelled by its reader
+  }
+}
+
+/** count_tokens through the model's provider: no money is involved, but the routing and credential are the same. */
+export async function countTokens(input: Omit<ModelCallInput, 'signal' | 'now'>): Promise<{ ok: true; inputTokens: number; estimated: boolean } | { ok: false; refusal: Refusal }> {
+  const resolved = await resolveModel(input.caller, input.body.model);
+  if ('kind' in resolved) return { ok: false, refusal: resolved };
+  const result = await resolved.provider.countTokens(
+    providerRequest(resolved, input, input.body, input.rawBody ?? JSON.stringify(input.body), new AbortController().signal),
+  );
+  if (result.kind === 'error') return { ok: false, refusal: { kind: 'upstream', status: result.status, body: result.body } };
+  return { ok: true, inputTokens: result.input_tokens, estimated: result.estimated };
+}

@@ -1,0 +1,88 @@
+import OpenAI from 'openai';
+import { projectKeyCredential } from '../project-key.ts';
+import type { CountResult, Provider, ProviderRequest, ProviderResult } from '../types.ts';
+import type { ChatProviderId, Dialect } from './dialect.ts';
+import { bodyFailure, requestFailure, TranslationError, translationFailure } from './errors.ts';
+import { estimateTokens, translateRequest, type TranslatedRequest } from './request.ts';
+import { translateResponse, type AnswerContext } from './response.ts';
+import { anthropicSseStream, StreamTranslator } from './stream.ts';
+
+/**
+ * A provider speaking OpenAI's Chat Completions API, translated to and from Anthropic's Messages format
+ * (docs/translation.md). OpenAI itself and OpenRouter are two dialects of it (providers/openai, providers/openrouter).
+ * Each project pays these providers with its own key.
+ */
+export function chatCompletionsProvider(dialect: Dialect): Provider {
+  const id: ChatProviderId = dialect.id;
+
+  function translate(req: ProviderRequest, stream: boolean): TranslatedRequest | Extract<ProviderResult, { kind: 'error' }> {
+    try {
+      return translateRequest(req.body, { upstreamModel: req.upstreamModel, dialect, stream });
+    } catch (err) {
+      if (err instanceof TranslationError) return translationFailure(err);
+      throw err;
+    }
+  }
+
+  function client(req: ProviderRequest): OpenAI {
+    return new OpenAI({ apiKey: req.apiKey, baseURL: req.baseUrl, maxRetries: 0, timeout: req.timeoutMs });
+  }
+
+  function answerContext(req: ProviderRequest, t: TranslatedRequest): AnswerContext {
+    return { requestedModel: req.body.model, names: t.names, dialect, stopSequences: t.stopSequences };
+  }
+
+  async function sendMessage(req: ProviderRequest, t: TranslatedRequest): Promise<ProviderResult> {
+    let completion: OpenAI.Chat.ChatCompletion;
+    try {
+      completion = await client(req).chat.completions.create({ ...t.params, stream: false }, { signal: req.signal });
+    } catch (err) {
+      return requestFailure(id, err, req.timeoutMs);
+    }
+    const bodyError = (completion as { error?: unknown }).error;
+    if (bodyError && !completion.choices?.length) return bodyFailure(id, bodyError);
+    const message = translateResponse(completion, answerContext(req, t));
+    const cost = dialect.reportedCostMicros?.(completion.usage);
+    return cost === undefined ? { kind: 'message', message } : { kind: 'message', message, reportedCostMicros: cost };
+  }
+
+  async function sendStream(req: ProviderRequest, t: TranslatedRequest): Promise<ProviderResult> {
+    const upstream = new AbortController();
+    const signal = AbortSignal.any([req.signal, upstream.signal]);
+    let chunks: AsyncIterable<OpenAI.Chat.ChatCompletionChunk>;
+    try {
+      chunks = await client(req).chat.completions.create({ ...t.params, stream: true }, { signal });
+    } catch (err) {
+      return requestFailure(id, err, req.timeoutMs);
+    }
+    const translator = new StreamTranslator(answerContext(req, t), estimateTokens(t.params));
+    const body = anthropicSseStream({
+      chunks,
+      translator,
+      provider: id,
+      timeoutMs: req.timeoutMs,
+      abort: (reason) => upstream.abort(reason),
+    });
+    const result: Extract<ProviderResult, { kind: 'stream' }> = { kind: 'stream', body };
+    const cost = dialect.reportedCostMicros;
+    if (cost) result.reportedCostMicros = () => (translator.rawUsage === undefined ? undefined : cost(translator.rawUsage));
+    return result;
+  }
+
+  return {
+    id,
+    baseUrl: () => dialect.baseUrl(),
+    ...projectKeyCredential(id),
+    async send(req): Promise<ProviderResult> {
+      const stream = req.body.stream === true;
+      const t = translate(req, stream);
+      if ('kind' in t) return t;
+      return stream ? sendStream(req, t) : sendMessage(req, t);
+    },
+    async countTokens(req): Promise<CountResult> {
+      const t = translate(req, false);
+      if ('kind' in t) return t;
+      return { kind: 'count', input_tokens: estimateTokens(t.params), estimated: true };
+    },
+  };
+}

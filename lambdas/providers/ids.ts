@@ -1,0 +1,20 @@
+/**
+ * The providers' ids, the one list every other spelling derives from: the `ProviderId` type, the label map, the
+ * registry of providers (providers/index.ts, a Record over these ids, so a new id without a provider does not
+ * compile) and the project record's provider-key enum (registry/model.ts). No imports: the registry's schema reads
+ * this file, and it must not pull the providers' code (SDKs, the translation) in with it.
+ */
+export const PROVIDER_IDS = ['anthropic', 'openai', 'openrouter'] as const;
+
+export type ProviderId = (typeof PROVIDER_IDS)[number];
+
+/** How messages name each provider. */
+export const PROVIDER_LABELS: Record<ProviderId, string> = { anthropic: 'Anthropic', openai: 'OpenAI', openrouter: 'OpenRouter' };
+
+/**
+ * The providers whose key each project holds (set with "gateway project set-provider-key"); the gateway calls the
+ * others with its own service key.
+ */
+export const PROJECT_KEY_PROVIDERS = ['openai', 'openrouter'] as const satisfies readonly ProviderId[];
+
+export type ProjectKeyProviderId = (typeof PROJECT_KEY_PROVIDERS)[number];

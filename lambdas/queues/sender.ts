@@ -1,0 +1,53 @@
+import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { env } from '../config/env.ts';
+import { instanceValue } from '../instance/state.ts';
+import { queueSpec, type QueueName } from '../store/queues.ts';
+
+/** SQS's longest delivery delay (15 minutes); later deliveries go through the scheduler. */
+export const MAX_DELAY_SECONDS = 900;
+
+/** Puts messages on the gateway's queues (QUEUES); the consumers read them with sqsConsumer (consumer.ts). */
+export interface QueueSender {
+  /**
+   * Sends `body` (serialised as JSON) to `queue`, delivered after `delaySeconds` (0–900) when given. Resolves to
+   * the message id.
+   */
+  send(queue: QueueName, body: unknown, options?: { delaySeconds?: number }): Promise<string>;
+}
+
+/** The instance's SQS client, pointed at the local fauxqs when SQS_ENDPOINT is set. */
+export const queueClient = instanceValue(
+  (): SQSClient => {
+    const { SQS_ENDPOINT, AWS_REGION } = env();
+    return new SQSClient({
+      region: AWS_REGION,
+      ...(SQS_ENDPOINT ? { endpoint: SQS_ENDPOINT, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+    });
+  },
+  (client) => client.destroy(),
+);
+
+/**
+ * QueueSender on SQS. A queue's URL is read from the environment variable QUEUES names (the stack sets it on a
+ * function whose manifest entry lists the queue in `access.queues`, the local runtime on every function).
+ */
+export function sqsQueueSender(): QueueSender {
+  return {
+    async send(queue, body, options = {}) {
+      const { envVar } = queueSpec(queue);
+      const queueUrl = env()[envVar];
+      if (!queueUrl) throw new Error(`${envVar} is not set: this function may not send to the ${queue} queue (manifest access.queues)`);
+      const delay = options.delaySeconds;
+      if (delay !== undefined && (!Number.isInteger(delay) || delay < 0 || delay > MAX_DELAY_SECONDS)) {
+        throw new RangeError(`delaySeconds must be an integer from 0 to ${MAX_DELAY_SECONDS}, got ${delay}`);
+      }
+      const messageBody = JSON.stringify(body);
+      if (messageBody === undefined) throw new TypeError('A queue message body must be JSON-serialisable');
+      const out = await queueClient().send(
+        new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: messageBody, ...(delay ? { DelaySeconds: delay } : {}) }),
+      );
+      if (!out.MessageId) throw new Error(`SQS accepted a message for the ${queue} queue without a message id`);
+      return out.MessageId;
+    },
+  };
+}

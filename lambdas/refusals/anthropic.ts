@@ -1,0 +1,66 @@
+import { anthropicError } from '../providers/errors.ts';
+import type { AnthropicErrorBody, AnthropicErrorType } from '../providers/types.ts';
+import { statusOf, type Refusal } from './refusal.ts';
+
+/**
+ * Refusals in Anthropic's envelope, for the proxy (docs/api.md, "Errors"): `{type:"error", error:{type, message}}`
+ * with the status of `statusOf`. Anthropic's SDKs retry when `x-should-retry` says so (otherwise on 429 and 5xx), so
+ * a refusal that waiting cannot cure says `false`, or a client like Claude Code retries it for minutes.
+ */
+export function anthropicRefusal(refusal: Refusal, headers: Record<string, string> = {}): Response {
+  if (refusal.kind === 'upstream') return anthropicEnvelope(refusal.status, refusal.body, headers);
+  const status = statusOf(refusal);
+  return anthropicEnvelope(status, anthropicError(TYPES[refusal.kind], messageOf(refusal)), { ...retryHeaders(refusal), ...headers });
+}
+
+/** An Anthropic-envelope response with the SDKs' retry hint (429, 529 and 5xx are retryable unless said otherwise). */
+export function anthropicEnvelope(status: number, body: AnthropicErrorBody, headers: Record<string, string> = {}): Response {
+  return Response.json(body, {
+    status,
+    headers: { 'x-should-retry': String(status === 429 || status === 529 || status >= 500), ...headers },
+  });
+}
+
+const TYPES: Record<Exclude<Refusal['kind'], 'upstream'>, AnthropicErrorType> = {
+  invalid_request: 'invalid_request_error',
+  unpriced_model: 'invalid_request_error',
+  missing_provider_key: 'invalid_request_error',
+  method_not_allowed: 'invalid_request_error',
+  request_too_large: 'request_too_large',
+  not_found: 'not_found_error',
+  token: 'authentication_error',
+  budget_exhausted: 'rate_limit_error',
+  budget_held: 'rate_limit_error',
+  concurrent_limit_reached: 'rate_limit_error',
+  developer_budget_exhausted: 'billing_error',
+};
+
+function retryHeaders(refusal: Refusal): Record<string, string> {
+  switch (refusal.kind) {
+    case 'budget_exhausted':
+      return { 'x-should-retry': 'false', ...(refusal.retryAfterSeconds === undefined ? {} : { 'retry-after': String(refusal.retryAfterSeconds) }) };
+    case 'budget_held':
+    case 'concurrent_limit_reached':
+      return { 'x-should-retry': 'true', 'retry-after': '1' };
+    case 'developer_budget_exhausted':
+      return { 'x-should-retry': 'false' };
+    case 'method_not_allowed':
+      return refusal.allow.length ? { allow: refusal.allow.join(', ') } : {};
+    default:
+      return {};
+  }
+}
+
+/** The refusal's words; the two plan refusals carry only figures, so their sentence is written here. */
+export function messageOf(refusal: Refusal): string {
+  switch (refusal.kind) {
+    case 'developer_budget_exhausted':
+      return `The developer's compute plan is used up for this month: ${refusal.used} of ${refusal.planSeconds + refusal.poolSeconds} seconds`;
+    case 'concurrent_limit_reached':
+      return `The developer's concurrency limit is reached: ${refusal.active} of ${refusal.max} runs are active`;
+    case 'upstream':
+      return refusal.body.error.message;
+    default:
+      return refusal.message;
+  }
+}

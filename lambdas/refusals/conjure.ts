@@ -1,0 +1,41 @@
+import { messageOf } from './anthropic.ts';
+import { statusOf, type Refusal } from './refusal.ts';
+
+/**
+ * Refusals in the conjure envelope (`/usage`, `/prompt`, `/incubate`…): `{error: <code>, message?, …figures}` with the
+ * bodies the interface lists (docs/api.md, "Errors"). The code is the refusal's kind, except where the interface
+ * names another, and token failures, whose body is `{error: <what is wrong>}` as the interface shows for /prompt.
+ */
+export function conjureRefusal(refusal: Refusal): Response {
+  const status = statusOf(refusal);
+  switch (refusal.kind) {
+    case 'token':
+      return conjureResponse(status, { error: refusal.message });
+    case 'budget_exhausted':
+    case 'budget_held':
+      return conjureResponse(
+        status,
+        { error: 'user_budget_exhausted', message: refusal.message, ai: refusal.budget.ai, compute: refusal.budget.compute },
+        refusal.kind === 'budget_held' ? { 'retry-after': '1' } : refusal.retryAfterSeconds === undefined ? {} : { 'retry-after': String(refusal.retryAfterSeconds) },
+      );
+    case 'developer_budget_exhausted': {
+      const { used, available, planSeconds, poolSeconds } = refusal;
+      return conjureResponse(status, { error: refusal.kind, used, available, planSeconds, poolSeconds });
+    }
+    case 'concurrent_limit_reached': {
+      const { active, max, sessions } = refusal;
+      return conjureResponse(status, { error: refusal.kind, active, max, sessions }, { 'retry-after': '1' });
+    }
+    case 'upstream':
+      return conjureResponse(status, { error: 'upstream_error', message: messageOf(refusal) });
+    case 'method_not_allowed':
+      return conjureResponse(status, { error: refusal.kind, message: refusal.message }, refusal.allow.length ? { allow: refusal.allow.join(', ') } : {});
+    default:
+      return conjureResponse(status, { error: refusal.kind, message: refusal.message });
+  }
+}
+
+/** A conjure JSON answer with a status; also the 500 of the gateway's own failures. */
+export function conjureResponse(status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): Response {
+  return Response.json(body, { status, headers });
+}

@@ -1,0 +1,93 @@
+import type { AnthropicErrorBody, ProviderId } from '../providers/types.ts';
+
+/**
+ * Every way the gateway says no, as data (docs/architecture.md, "Refusals"). The domain decides a refusal and
+ * returns or throws it; each surface renders it once, in its own envelope: `anthropic.ts` for the proxy
+ * (`{type:"error", error:{type, message}}`), `conjure.ts` for the conjure endpoints (`{error: code, …}`). Nothing
+ * below a renderer builds a Response for a refusal.
+ */
+export type Refusal =
+  /** The request itself is wrong (body, parameter, path): 400, nothing was charged. */
+  | { kind: 'invalid_request'; message: string }
+  | { kind: 'request_too_large'; message: string }
+  | { kind: 'not_found'; message: string }
+  /** `allow`: the methods the path does support (RFC 9110 requires them on a 405). */
+  | { kind: 'method_not_allowed'; message: string; allow: string[] }
+  /** The token is missing, malformed, forged, expired, or names no project: 401. */
+  | { kind: 'token'; code: TokenRefusalCode; message: string }
+  /**
+   * The user's budget cannot admit the request: spent, or too low for even its smallest form. Only the window's
+   * reset frees room (`retryAfterSeconds` until it; none for a lifetime window).
+   */
+  | { kind: 'budget_exhausted'; message: string; retryAfterSeconds?: number; budget: BudgetFigures }
+  /** The budget would admit it once the user's requests in flight settle: worth retrying shortly. */
+  | { kind: 'budget_held'; message: string; budget: BudgetFigures }
+  /** The model has no price, so it cannot be metered. */
+  | { kind: 'unpriced_model'; model: string; message: string }
+  /** The model routes to a provider whose key the project has not set. */
+  | { kind: 'missing_provider_key'; model: string; provider: ProviderId; projectId: string; message: string }
+  /** The developer's monthly compute plan is spent (the interface's 402). */
+  | { kind: 'developer_budget_exhausted'; used: number; available: number; planSeconds: number; poolSeconds: number }
+  /** The developer holds every concurrent run the tier allows (the interface's 429). */
+  | { kind: 'concurrent_limit_reached'; active: number; max: number; sessions: LiveSession[] }
+  /** The provider refused or failed before any answer; the status and Anthropic-envelope body it maps to. */
+  | { kind: 'upstream'; status: number; body: AnthropicErrorBody };
+
+export type RefusalKind = Refusal['kind'];
+export type TokenRefusalCode = 'token_missing' | 'token_malformed' | 'token_expired' | 'token_invalid';
+
+/** A meter's figures at the moment of a budget refusal (the interface's `{used, remaining, budget}`). */
+export interface MeterFigures {
+  used: number;
+  remaining: number;
+  budget: number;
+}
+export interface BudgetFigures {
+  ai: MeterFigures;
+  compute: MeterFigures;
+}
+
+export interface LiveSession {
+  sessionId: string;
+  userId: string;
+  ageMs: number;
+}
+
+/** A refusal on its way up through code that returns something else (the HTTP helpers, the router). */
+export class Refused extends Error {
+  constructor(readonly refusal: Refusal) {
+    super('message' in refusal ? refusal.message : refusal.kind);
+    this.name = 'Refused';
+  }
+}
+
+/** Throws the refusal; for code paths whose result type has no room for one. */
+export function refuse(refusal: Refusal): never {
+  throw new Refused(refusal);
+}
+
+/** The HTTP status of a refusal, the same on every surface. */
+export function statusOf(refusal: Refusal): number {
+  switch (refusal.kind) {
+    case 'invalid_request':
+    case 'unpriced_model':
+    case 'missing_provider_key':
+      return 400;
+    case 'token':
+      return 401;
+    case 'developer_budget_exhausted':
+      return 402;
+    case 'not_found':
+      return 404;
+    case 'method_not_allowed':
+      return 405;
+    case 'request_too_large':
+      return 413;
+    case 'budget_exhausted':
+    case 'budget_held':
+    case 'concurrent_limit_reached':
+      return 429;
+    case 'upstream':
+      return refusal.status;
+  }
+}

@@ -1,0 +1,79 @@
+import { Stack, Validations } from 'aws-cdk-lib';
+import * as apigwv2 from 'aws-cdk-lib/aws-apigatewayv2';
+import { WebSocketLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { Construct } from 'constructs';
+import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
+
+/** Per-stage throttling of a WebSocket API (messages and connects per second, and the burst above). */
+export const WEBSOCKET_THROTTLING = { rateLimit: 50, burstLimit: 100 } as const;
+
+export interface GatewayWebSocketProps {
+  readonly stage: string;
+  readonly production: boolean;
+  /** The function of a manifest entry with a `websocket` trigger: it gets $connect, $disconnect and $default. */
+  readonly handler: lambda.IFunction;
+  readonly description: string;
+}
+
+/**
+ * An API Gateway WebSocket API whose three routes ($connect, $disconnect, $default) all invoke one function, a
+ * stage named after the gateway stage with throttling and JSON access logs (with a retention), and the function's
+ * right to answer its clients (`execute-api:ManageConnections` on this API's connections only). Authorization is
+ * the function's own token check on $connect, as on the other URLs.
+ */
+export class GatewayWebSocket extends Construct {
+  readonly api: apigwv2.WebSocketApi;
+  readonly stage: apigwv2.WebSocketStage;
+  readonly accessLogs: logs.LogGroup;
+
+  constructor(scope: Construct, id: string, props: GatewayWebSocketProps) {
+    super(scope, id);
+    const integration = new WebSocketLambdaIntegration('Handler', props.handler);
+    this.api = new apigwv2.WebSocketApi(this, 'Api', {
+      apiName: `prompt-gateway-${props.stage}-${id.toLowerCase()}`,
+      description: `${props.description} (${props.stage})`,
+      connectRouteOptions: { integration },
+      disconnectRouteOptions: { integration },
+      defaultRouteOptions: { integration },
+    });
+    this.accessLogs = new logs.LogGroup(this, 'AccessLogs', {
+      retention: logRetentionFor(props.production),
+      removalPolicy: removalPolicyFor(props.production),
+    });
+    this.stage = new apigwv2.WebSocketStage(this, 'Stage', {
+      webSocketApi: this.api,
+      stageName: props.stage,
+      autoDeploy: true,
+      throttle: WEBSOCKET_THROTTLING,
+      accessLogSettings: { destination: new apigwv2.LogGroupLogDestination(this.accessLogs) },
+    });
+    this.api.grantManageConnections(props.handler);
+
+    Validations.of(this.api).acknowledge({
+      id: 'AwsSolutions-APIG4',
+      reason:
+        'The WebSocket routes authenticate the caller in the function: $connect verifies the project-signed HS256 JWT ' +
+        '(query string or header) against the registry and refuses the connection otherwise, as the other URLs do; an ' +
+        'API Gateway authorizer could not check it without the project secret lookup.',
+    });
+    // The grant is a statement of the function's role policy, so the acknowledgement goes on the role.
+    Validations.of(props.handler.role ?? props.handler).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<${Stack.of(this).getLogicalId(this.api.node.defaultChild as never)}>/*/*/@connections/*]`,
+      reason:
+        'Connection ids are created by API Gateway at run time, so the grant names this WebSocket API and allows ' +
+        "posting to (and closing) any of its connections — never another API's.",
+    });
+  }
+
+  /** `wss://…/<stage>`: what clients connect to. */
+  get url(): string {
+    return this.stage.url;
+  }
+
+  /** `https://…/<stage>`: the management endpoint a ConnectionSender posts to. */
+  get callbackUrl(): string {
+    return this.stage.callbackUrl;
+  }
+}

@@ -1,0 +1,604 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { CfnElement, Duration, Stack, Validations } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import type { IConstruct } from 'constructs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
+import { QUEUES, queueSpec } from '../../lambdas/store/queues.ts';
+import { TABLES } from '../../lambdas/store/tables.ts';
+import { buildGatewayApp, gatewayOptions } from '../../lib/app.ts';
+import { GatewayQueues } from '../../lib/constructs/queues.ts';
+import { GatewayScheduling } from '../../lib/constructs/scheduling.ts';
+import { GatewayStack } from '../../lib/gateway-stack.ts';
+import { GatewayChecks, gatewayNagPacks } from '../../lib/nag.ts';
+import { asArray, iamStatements, removeTestApps, testApp } from './helpers.ts';
+
+const OUTPUTS = [
+  'ChannelingUrl',
+  'ConjureUrl',
+  'RegistryTableName',
+  'UsageTableName',
+  'VesselsTableName',
+  'LeasesTableName',
+  'SessionsTableName',
+  'ProviderKeysKmsKeyId',
+  'AnthropicKeySecretArn',
+  'Region',
+];
+
+// One synth of the app exactly as bin/app.ts builds it (default context: stage dev), shared by the tests below.
+const app = testApp();
+const stack = buildGatewayApp(app);
+let template: Template;
+let resources: Record<string, { Type: string; Properties?: Record<string, unknown>; DeletionPolicy?: string }>;
+let validationReport: { pluginReports: Array<{ pluginName?: string; violations?: unknown[] }> };
+
+beforeAll(() => {
+  // Synthesis runs the registered cdk-nag packs as validation plugins; an unacknowledged error would throw here.
+  const assembly = app.synth();
+  template = Template.fromJSON(assembly.getStackByName(stack.stackName).template as Record<string, unknown>);
+  resources = template.toJSON().Resources;
+  validationReport = JSON.parse(readFileSync(join(assembly.directory, 'validation-report.json'), 'utf8'));
+}, 60_000);
+
+afterAll(removeTestApps);
+
+const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
+const logicalIdOf = (construct: IConstruct) =>
+  stack.getLogicalId((CfnElement.isCfnElement(construct) ? construct : construct.node.defaultChild) as CfnElement);
+
+describe('cdk-nag', () => {
+  it('reports no unacknowledged AwsSolutions or gateway finding, errors or warnings', () => {
+    for (const pack of gatewayNagPacks(app)) {
+      const report = pack.validateScope(stack);
+      expect(report.violations, `${pack.readPackName} findings`).toEqual([]);
+    }
+    const reported = validationReport.pluginReports.flatMap((r) => r.violations ?? []);
+    expect(reported).toEqual([]);
+  });
+
+  it('is really checking: synth of the same app fails on an unprotected table or an unacknowledged public URL', () => {
+    const probeApp = testApp();
+    const probe = buildGatewayApp(probeApp);
+    new dynamodb.Table(probe, 'Unprotected', { partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING } });
+    const fn = new lambda.Function(probe, 'Public', {
+      runtime: lambda.Runtime.NODEJS_22_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {}'),
+    });
+    fn.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
+    const found = gatewayNagPacks(probeApp).flatMap((pack) => pack.validateScope(probe).violations.map((v) => v.ruleName));
+    expect(found).toEqual(expect.arrayContaining(['AwsSolutions-DDB3', 'AwsSolutions-L1', 'PromptGateway-LambdaFunctionUrlAuth']));
+    expect(() => probeApp.synth()).toThrow(/AwsSolutions-DDB3[\s\S]*PromptGateway-LambdaFunctionUrlAuth|PromptGateway-LambdaFunctionUrlAuth[\s\S]*AwsSolutions-DDB3/);
+    expect(new GatewayChecks().name).toBe('PromptGateway');
+  });
+
+  it('acknowledges every rule it skips with a specific reason', () => {
+    const acknowledgements: Array<{ path: string; id: string; reason: string }> = [];
+    for (const construct of app.node.findAll()) {
+      for (const entry of construct.node.metadata) {
+        if (entry.type !== Validations.ACKNOWLEDGED_RULES_METADATA_KEY) continue;
+        for (const [id, value] of Object.entries(entry.data as Record<string, unknown>)) {
+          const reason = typeof value === 'string' ? value : String((value as { reason?: string }).reason ?? '');
+          acknowledgements.push({ path: construct.node.path, id, reason });
+        }
+      }
+    }
+    expect(acknowledgements.length).toBeGreaterThan(0);
+    for (const ack of acknowledgements) {
+      expect(ack.reason.length, `${ack.id} at ${ack.path}`).toBeGreaterThan(60);
+    }
+    const ids = new Set(acknowledgements.map((a) => a.id.replace(/^annotation::/i, '')));
+    expect([...ids].sort()).toEqual(
+      [
+        'AwsSolutions-APIG3',
+        'AwsSolutions-APIG4',
+        'AwsSolutions-COG4',
+        'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]',
+        'AwsSolutions-L1',
+        'AwsSolutions-SMG4',
+        'PromptGateway-LambdaFunctionUrlAuth',
+      ].sort(),
+    );
+  });
+});
+
+describe('functions', () => {
+  it('channeling is a public RESPONSE_STREAM function URL, the only one while it is the manifest\'s only streaming-url function', () => {
+    expect(FUNCTIONS.filter((f) => f.trigger.kind === 'streaming-url').map((f) => f.id)).toEqual(['Channeling']);
+    template.resourceCountIs('AWS::Lambda::Url', 1);
+    template.hasResourceProperties('AWS::Lambda::Url', {
+      AuthType: 'NONE',
+      InvokeMode: 'RESPONSE_STREAM',
+      TargetFunctionArn: { 'Fn::GetAtt': [logicalIdOf(stack.channeling.fn), 'Arn'] },
+    });
+  });
+
+  it('runs Node 22 on ARM with an ESM bundle, source maps, Powertools settings and every table name', () => {
+    const functions = ofType('AWS::Lambda::Function');
+    expect(functions.length).toBe(FUNCTIONS.length);
+    for (const [, fn] of functions) {
+      const props = fn.Properties!;
+      expect(props.Runtime).toBe('nodejs22.x');
+      expect(props.Architectures).toEqual(['arm64']);
+      expect(props.Handler).toBe('index.handler');
+      expect(props.LoggingConfig).toEqual({ LogGroup: { Ref: expect.any(String) } });
+      const vars = (props.Environment as { Variables: Record<string, unknown> }).Variables;
+      expect(vars).toMatchObject({
+        NODE_OPTIONS: '--enable-source-maps',
+        POWERTOOLS_SERVICE_NAME: 'prompt-gateway-dev',
+        POWERTOOLS_METRICS_NAMESPACE: 'PromptGateway',
+        POWERTOOLS_LOG_LEVEL: 'INFO',
+        STAGE: 'dev',
+      });
+      for (const spec of TABLES) expect(vars[spec.envVar], spec.envVar).toEqual({ Ref: logicalIdOf(stack.data.tables[spec.id]) });
+    }
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      Timeout: 900,
+      MemorySize: 1024,
+      Environment: {
+        Variables: Match.objectLike({
+          PROVIDER_KEYS_KMS_KEY_ID: { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] },
+          ANTHROPIC_API_KEY_SECRET_ARN: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
+        }),
+      },
+    });
+    template.hasResourceProperties('AWS::Lambda::Function', { Timeout: 29, MemorySize: 512 });
+  });
+
+  it('gives every function its own log group with a retention', () => {
+    for (const [, group] of ofType('AWS::Logs::LogGroup')) expect(group.Properties?.RetentionInDays).toBeGreaterThan(0);
+    expect(ofType('AWS::Logs::LogGroup').length).toBe(ofType('AWS::Lambda::Function').length + 2); // + API access and execution logs
+  });
+});
+
+describe('IAM', () => {
+  it('no statement allows a wildcard action, and none names Resource "*"', () => {
+    const statements = iamStatements(resources);
+    expect(statements.length).toBeGreaterThan(5);
+    for (const { logicalId, statement } of statements) {
+      for (const action of asArray(statement.Action)) {
+        expect(action, `${logicalId}: ${action}`).not.toMatch(/\*/);
+      }
+      expect(asArray(statement.Resource), logicalId).not.toContain('*');
+    }
+  });
+
+  it('channeling may Decrypt with the provider-keys key and nothing else of it; nobody may Encrypt', () => {
+    const kmsActions = iamStatements(resources).flatMap(({ statement }) => asArray(statement.Action).filter((a) => a.startsWith('kms:')));
+    expect(kmsActions).toEqual(['kms:Decrypt']);
+    template.hasResourceProperties('AWS::IAM::Policy', {
+      Roles: [{ Ref: logicalIdOf(stack.channeling.role) }],
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          { Action: 'kms:Decrypt', Effect: 'Allow', Resource: { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] } },
+          {
+            Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'],
+            Effect: 'Allow',
+            Resource: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
+          },
+        ]),
+      },
+    });
+  });
+
+  it('uses no AWS managed policy except API Gateway\'s account-level logging role', () => {
+    const managed = ofType('AWS::IAM::Role').flatMap(([id, role]) => asArray(role.Properties?.ManagedPolicyArns as unknown[]).map((arn) => [id, JSON.stringify(arn)]));
+    expect(managed.length).toBe(1);
+    expect(managed[0]![1]).toContain('AmazonAPIGatewayPushToCloudWatchLogs');
+  });
+});
+
+describe('data', () => {
+  it.each(TABLES.map((spec) => [spec.id, spec] as const))('%s: on demand, PITR, TTL, encrypted, keys from TABLES', (_id, spec) => {
+    const table = resources[logicalIdOf(stack.data.tables[spec.id])]!;
+    expect(table.Type).toBe('AWS::DynamoDB::Table');
+    expect(table.DeletionPolicy).toBe('Delete');
+    expect(table.Properties).toMatchObject({
+      BillingMode: 'PAY_PER_REQUEST',
+      PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+      SSESpecification: { SSEEnabled: true },
+      KeySchema: [
+        { AttributeName: spec.partitionKey, KeyType: 'HASH' },
+        ...(spec.sortKey ? [{ AttributeName: spec.sortKey, KeyType: 'RANGE' }] : []),
+      ],
+    });
+    if (spec.ttlAttribute) {
+      expect(table.Properties?.TimeToLiveSpecification).toEqual({ AttributeName: spec.ttlAttribute, Enabled: true });
+    } else {
+      expect(table.Properties?.TimeToLiveSpecification).toBeUndefined();
+    }
+    expect(table.Properties?.DeletionProtectionEnabled).toBe(false);
+  });
+
+  it('production keeps data: deletion protection and RETAIN on tables, key, secret, queues and logs', () => {
+    const prodApp = testApp({ stage: 'prod' });
+    expect(gatewayOptions(prodApp).production).toBe(true);
+    const prod = buildGatewayApp(prodApp);
+    const prodResources = Template.fromStack(prod).toJSON().Resources as typeof resources;
+    const byType = (type: string) => Object.values(prodResources).filter((r) => r.Type === type);
+    expect(byType('AWS::DynamoDB::Table')).toHaveLength(TABLES.length);
+    for (const table of byType('AWS::DynamoDB::Table')) {
+      expect(table.DeletionPolicy).toBe('Retain');
+      expect(table.Properties?.DeletionProtectionEnabled).toBe(true);
+    }
+    for (const type of ['AWS::KMS::Key', 'AWS::SecretsManager::Secret', 'AWS::SQS::Queue', 'AWS::Logs::LogGroup']) {
+      for (const r of byType(type)) expect(r.DeletionPolicy, type).toBe('Retain');
+    }
+  });
+
+  it('reads production from context, defaulting to stage === "prod"', () => {
+    expect(gatewayOptions(testApp()).production).toBe(false);
+    expect(gatewayOptions(testApp({ stage: 'prod', production: 'false' })).production).toBe(false);
+    expect(gatewayOptions(testApp({ stage: 'staging', production: 'true' })).production).toBe(true);
+    expect(() => gatewayOptions(testApp({ production: 'yes please' }))).toThrow(/true or false/);
+    expect(() => gatewayOptions(testApp({ stage: 'Prod!' }))).toThrow(/stage/);
+    expect(gatewayOptions(testApp({ anthropicBaseUrl: 'https://upstream.example' })).upstreams).toEqual({ anthropic: 'https://upstream.example' });
+  });
+});
+
+describe('secrets', () => {
+  it('the provider-keys key rotates; the Anthropic key secret is created without a value', () => {
+    template.hasResourceProperties('AWS::KMS::Key', { EnableKeyRotation: true });
+    const secret = resources[logicalIdOf(stack.secrets.anthropicKey)]!;
+    expect(secret.Properties?.GenerateSecretString).toBeUndefined();
+    expect(secret.Properties?.SecretString).toBeUndefined();
+  });
+});
+
+describe('queues', () => {
+  it('run and webhook queues redrive to their DLQs after QUEUES.maxReceiveCount, with visibility 6x the consumer timeout', () => {
+    for (const spec of QUEUES) {
+      const q = stack.queues.byName[spec.name];
+      const main = resources[logicalIdOf(q.queue)]!;
+      expect(main.Properties).toMatchObject({
+        VisibilityTimeout: spec.consumerTimeoutSeconds * 6,
+        SqsManagedSseEnabled: true,
+        RedrivePolicy: { deadLetterTargetArn: { 'Fn::GetAtt': [logicalIdOf(q.deadLetterQueue), 'Arn'] }, maxReceiveCount: spec.maxReceiveCount },
+      });
+      const dlq = resources[logicalIdOf(q.deadLetterQueue)]!;
+      expect(dlq.Properties).toMatchObject({ MessageRetentionPeriod: 14 * 24 * 3600, SqsManagedSseEnabled: true });
+    }
+    expect(resources[logicalIdOf(stack.queues.byName.run.queue)]!.Properties?.VisibilityTimeout).toBe(5400);
+    expect(resources[logicalIdOf(stack.queues.byName.webhook.queue)]!.Properties?.VisibilityTimeout).toBe(180);
+  });
+
+  it('every queue refuses requests without TLS', () => {
+    const policies = ofType('AWS::SQS::QueuePolicy');
+    expect(policies).toHaveLength(QUEUES.length * 2);
+    for (const [, policy] of policies) {
+      expect(policy.Properties?.PolicyDocument).toMatchObject({
+        Statement: expect.arrayContaining([
+          expect.objectContaining({ Effect: 'Deny', Action: 'sqs:*', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
+        ]),
+      });
+    }
+  });
+
+  it('a consumer gets partial batch failures, and one that outlives the visibility timeout is refused', () => {
+    const probeApp = testApp();
+    const probe = new Stack(probeApp, 'Consumers');
+    const queues = new GatewayQueues(probe, 'Queues', { production: false });
+    const fn = (id: string, timeout: Duration) =>
+      new lambda.Function(probe, id, {
+        runtime: lambda.Runtime.NODEJS_22_X,
+        handler: 'index.handler',
+        code: lambda.Code.fromInline('export const handler = async () => ({ batchItemFailures: [] })'),
+        timeout,
+      });
+    queues.attachConsumer('webhook', fn('WebhookSender', Duration.seconds(queueSpec('webhook').consumerTimeoutSeconds)));
+    expect(() => queues.attachConsumer('webhook', fn('TooSlow', Duration.seconds(queueSpec('run').consumerTimeoutSeconds)))).toThrow(/visibility timeout/);
+    Template.fromStack(probe).hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      BatchSize: 10,
+    });
+  });
+});
+
+describe('helpers for the later queue and scheduler users', () => {
+  it('grantSend and grantScheduling give exactly the actions and the variables a producer needs, nag-clean', () => {
+    const probeApp = testApp();
+    const probe = new Stack(probeApp, 'Producers');
+    const queues = new GatewayQueues(probe, 'Queues', { production: false });
+    const scheduling = new GatewayScheduling(probe, 'Scheduling', { stage: 'dev', runQueue: queues.byName.run.queue });
+    const fn = new lambda.Function(probe, 'Producer', {
+      runtime: lambda.Runtime.NODEJS_22_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {}'),
+    });
+    queues.grantSend('run', fn);
+    queues.grantSend('webhook', fn);
+    scheduling.grantScheduling(fn);
+    const t = Template.fromStack(probe);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: {
+        Variables: {
+          RUN_QUEUE_URL: Match.anyValue(),
+          RUN_QUEUE_ARN: Match.anyValue(),
+          WEBHOOK_QUEUE_URL: Match.anyValue(),
+          SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
+          SCHEDULER_ROLE_ARN: Match.anyValue(),
+        },
+      },
+    });
+    const actions = iamStatements(t.toJSON().Resources)
+      .filter(({ logicalId }) => logicalId.startsWith('ProducerServiceRoleDefaultPolicy'))
+      .flatMap(({ statement }) => asArray(statement.Action));
+    expect([...new Set(actions)].sort()).toEqual(['iam:PassRole', 'scheduler:CreateSchedule', 'scheduler:DeleteSchedule', 'sqs:SendMessage']);
+    const iam5 = gatewayNagPacks(probeApp)
+      .flatMap((pack) => pack.validateScope(probe).violations)
+      .filter((v) => v.ruleName.startsWith('AwsSolutions-IAM5'));
+    expect(iam5).toEqual([]);
+  });
+});
+
+describe('scheduler', () => {
+  it('a schedule group, and a role only EventBridge Scheduler of this group may assume, allowed only sqs:SendMessage on the run queue', () => {
+    template.resourceCountIs('AWS::Scheduler::ScheduleGroup', 1);
+    template.hasResourceProperties('AWS::Scheduler::ScheduleGroup', { Name: 'prompt-gateway-dev' });
+    const roleId = logicalIdOf(stack.scheduling.role);
+    const role = resources[roleId]!;
+    expect(role.Properties?.AssumeRolePolicyDocument).toMatchObject({
+      Statement: [
+        {
+          Action: 'sts:AssumeRole',
+          Effect: 'Allow',
+          Principal: { Service: 'scheduler.amazonaws.com' },
+          Condition: {
+            StringEquals: {
+              'aws:SourceAccount': { Ref: 'AWS::AccountId' },
+              'aws:SourceArn': { 'Fn::GetAtt': [logicalIdOf(stack.scheduling.group), 'Arn'] },
+            },
+          },
+        },
+      ],
+    });
+    expect(role.Properties?.ManagedPolicyArns).toBeUndefined();
+    const statements = iamStatements(resources).filter(({ logicalId }) => {
+      const r = resources[logicalId]!;
+      return logicalId === roleId || asArray(r.Properties?.Roles as unknown[]).some((ref) => JSON.stringify(ref) === JSON.stringify({ Ref: roleId }));
+    });
+    expect(statements.map((s) => s.statement)).toEqual([
+      { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] } },
+    ]);
+  });
+});
+
+describe('conjure API', () => {
+  it('GET /usage is proxied to the conjure function; the stage logs, throttles and validates', () => {
+    template.hasResourceProperties('AWS::ApiGateway::Resource', { PathPart: 'usage' });
+    template.hasResourceProperties('AWS::ApiGateway::Method', {
+      HttpMethod: 'GET',
+      AuthorizationType: 'NONE',
+      RequestValidatorId: Match.anyValue(),
+      Integration: {
+        Type: 'AWS_PROXY',
+        IntegrationHttpMethod: 'POST',
+        Uri: Match.objectLike({ 'Fn::Join': Match.arrayWith([Match.arrayWith([{ 'Fn::GetAtt': [logicalIdOf(stack.conjure.fn), 'Arn'] }])]) }),
+      },
+    });
+    template.hasResourceProperties('AWS::ApiGateway::RequestValidator', { ValidateRequestBody: true, ValidateRequestParameters: true });
+    template.hasResourceProperties('AWS::ApiGateway::Stage', {
+      StageName: 'dev',
+      AccessLogSetting: { DestinationArn: Match.anyValue(), Format: Match.stringLikeRegexp('requestId') },
+      MethodSettings: [
+        Match.objectLike({ HttpMethod: '*', ResourcePath: '/*', LoggingLevel: 'ERROR', DataTraceEnabled: false, ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 }),
+      ],
+    });
+    template.hasResourceProperties('AWS::ApiGateway::RestApi', { EndpointConfiguration: { Types: ['REGIONAL'] } });
+  });
+});
+
+describe('observability', () => {
+  it('a dashboard and alarms on 5xx rates, throttles, dead letters and ledger errors', () => {
+    template.resourceCountIs('AWS::CloudWatch::Dashboard', 1);
+    const alarmNames = ofType('AWS::CloudWatch::Alarm').map(([, a]) => a.Properties?.AlarmName);
+    expect(alarmNames.sort()).toEqual(
+      [
+        'ChannelingErrorRate',
+        'ChannelingThrottles',
+        'ConjureApi5xxRate',
+        'ConjureApiErrorRate',
+        'ConjureApiThrottles',
+        'GatewayErrorRate',
+        'LedgerErrors',
+        'RunDeadLetterQueueDepth',
+        'WebhookDeadLetterQueueDepth',
+      ]
+        .map((n) => `prompt-gateway-dev-${n}`)
+        .sort(),
+    );
+    const alarm = (name: string) => ofType('AWS::CloudWatch::Alarm').find(([, a]) => a.Properties?.AlarmName === `prompt-gateway-dev-${name}`)![1].Properties!;
+    expect(alarm('LedgerErrors')).toMatchObject({
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      Metrics: [
+        {
+          MetricStat: {
+            Metric: { Namespace: 'PromptGateway', MetricName: 'LedgerErrors', Dimensions: [{ Name: 'service', Value: 'prompt-gateway-dev' }] },
+            Stat: 'Sum',
+          },
+        },
+      ],
+    });
+    for (const queue of ['Run', 'Webhook']) {
+      expect(alarm(`${queue}DeadLetterQueueDepth`)).toMatchObject({
+        Threshold: 0,
+        ComparisonOperator: 'GreaterThanThreshold',
+        Metrics: [{ MetricStat: { Metric: { Namespace: 'AWS/SQS', MetricName: 'ApproximateNumberOfMessagesVisible' }, Stat: 'Maximum' } }],
+      });
+    }
+    expect(JSON.stringify(alarm('ConjureApi5xxRate'))).toContain('5XXError');
+    expect(JSON.stringify(alarm('ChannelingErrorRate'))).toMatch(/"MetricName":"Errors".*"MetricName":"Invocations"|"MetricName":"Invocations".*"MetricName":"Errors"/);
+    expect(JSON.stringify(alarm('GatewayErrorRate'))).toContain('"Namespace":"PromptGateway"');
+    const body = JSON.stringify(resources[logicalIdOf(stack.node.findChild('Observability').node.findChild('Dashboard'))]);
+    for (const metric of ['Requests', 'Errors', 'SpendMicrodollars', 'UpstreamLatency', 'Throttles', 'Duration', 'ApproximateNumberOfMessagesVisible', '5XXError']) {
+      expect(body).toContain(metric);
+    }
+    expect(body).toContain('p99');
+  });
+});
+
+describe('outputs', () => {
+  it('exports the names the operator CLI reads', () => {
+    const outputs = Object.keys(template.toJSON().Outputs);
+    expect(outputs).toEqual(expect.arrayContaining(OUTPUTS));
+    expect(outputs).not.toContain('PromptUrl');
+    template.hasOutput('ProviderKeysKmsKeyId', { Value: { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] } });
+    template.hasOutput('Region', { Value: { Ref: 'AWS::Region' } });
+  });
+});
+
+
+describe('a new function is one manifest entry', () => {
+  // Any existing handler file stands in for the new ones: bundling is skipped here.
+  const stand_in = 'lambdas/handlers/conjure-api.ts';
+  const base = { entry: stand_in, memoryMb: 256 } as const;
+
+  it('a streaming-url entry deploys another RESPONSE_STREAM URL, its <Id>Url and <Id>FunctionName outputs and its grants', () => {
+    const slotApp = testApp();
+    const withPrompt = new GatewayStack(slotApp, 'WithPrompt', {
+      stage: 'dev',
+      production: false,
+      functions: [
+        ...FUNCTIONS,
+        {
+          ...base,
+          id: 'Prompt',
+          description: 'Prompt gateway /prompt (one-shot agent runs, JSON or SSE)',
+          timeoutSeconds: 900,
+          trigger: { kind: 'streaming-url', paths: ['/prompt'] },
+          access: { tables: { Registry: 'read', Usage: 'readwrite', Leases: 'readwrite' }, providers: true, queues: [] },
+        },
+      ],
+    });
+    const t = Template.fromStack(withPrompt);
+    const prompt = withPrompt.functionOf('Prompt');
+    t.resourceCountIs('AWS::Lambda::Url', 2);
+    t.hasResourceProperties('AWS::Lambda::Url', {
+      InvokeMode: 'RESPONSE_STREAM',
+      TargetFunctionArn: { 'Fn::GetAtt': [withPrompt.getLogicalId(prompt.fn.node.defaultChild as never), 'Arn'] },
+    });
+    expect(Object.keys(t.toJSON().Outputs)).toEqual(expect.arrayContaining([...OUTPUTS, 'PromptUrl', 'PromptFunctionName', 'ChannelingFunctionName']));
+    const tables = (name: string) => withPrompt.getLogicalId(withPrompt.data.tables[name as 'Leases'].node.defaultChild as never);
+    const resourcesOfPrompt = iamStatements(t.toJSON().Resources)
+      .filter(({ logicalId }) => logicalId.startsWith(withPrompt.getLogicalId(prompt.role.node.defaultChild as never).replace(/Role.*$/, 'RoleDefaultPolicy')))
+      .flatMap(({ statement }) => asArray(statement.Resource as unknown))
+      .map((r) => JSON.stringify(r));
+    expect(resourcesOfPrompt.some((r) => r.includes(tables('Leases')))).toBe(true);
+    expect(resourcesOfPrompt.some((r) => r.includes(tables('Vessels')))).toBe(false);
+  });
+
+  it('sqs, websocket and schedule entries get their event source, API and rule, with exactly their grants, nag-clean', () => {
+    const probeApp = testApp();
+    const probe = new GatewayStack(probeApp, 'Triggers', {
+      stage: 'dev',
+      production: false,
+      functions: [
+        ...FUNCTIONS,
+        {
+          ...base,
+          id: 'WebhookSender',
+          description: 'Prompt gateway webhook sender',
+          timeoutSeconds: 30,
+          trigger: { kind: 'sqs', queue: 'webhook', maxConcurrency: 5 },
+          access: { tables: { Vessels: 'readwrite' }, providers: false, queues: ['run'] },
+        },
+        {
+          ...base,
+          id: 'Sessions',
+          description: 'Prompt gateway /ws sessions',
+          timeoutSeconds: 60,
+          trigger: { kind: 'websocket' },
+          access: { tables: { Sessions: 'readwrite' }, providers: false, queues: [] },
+        },
+        {
+          ...base,
+          id: 'Sweeper',
+          description: 'Prompt gateway reservation sweep',
+          timeoutSeconds: 60,
+          trigger: { kind: 'schedule', expression: 'rate(5 minutes)' },
+          access: { tables: { Usage: 'readwrite' }, providers: false, queues: [] },
+        },
+      ],
+    });
+    const t = Template.fromStack(probe);
+    const json = t.toJSON() as { Resources: typeof resources; Outputs: Record<string, unknown> };
+    const idOf = (c: IConstruct) => probe.getLogicalId((CfnElement.isCfnElement(c) ? c : c.node.defaultChild) as CfnElement);
+    const fnArn = (id: string) => ({ 'Fn::GetAtt': [idOf(probe.functionOf(id).fn), 'Arn'] });
+
+    // sqs: the queue's batch size (QUEUES), partial failures, the concurrency cap; it may send to the run queue
+    t.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [idOf(probe.queues.byName.webhook.queue), 'Arn'] },
+      FunctionName: { Ref: idOf(probe.functionOf('WebhookSender').fn) },
+      BatchSize: queueSpec('webhook').batchSize,
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      ScalingConfig: { MaximumConcurrency: 5 },
+    });
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: { Variables: Match.objectLike({ RUN_QUEUE_URL: { Ref: idOf(probe.queues.byName.run.queue) } }) },
+    });
+
+    // websocket: one API, its three routes to the function, a logged stage, the right to answer its connections
+    t.resourceCountIs('AWS::ApiGatewayV2::Api', 1);
+    t.hasResourceProperties('AWS::ApiGatewayV2::Api', { ProtocolType: 'WEBSOCKET', Name: 'prompt-gateway-dev-sessionswebsocket' });
+    const routeKeys = Object.values(json.Resources)
+      .filter((r) => r.Type === 'AWS::ApiGatewayV2::Route')
+      .map((r) => r.Properties?.RouteKey);
+    expect(routeKeys.sort()).toEqual(['$connect', '$default', '$disconnect']);
+    t.hasResourceProperties('AWS::ApiGatewayV2::Stage', { StageName: 'dev', AutoDeploy: true, AccessLogSettings: { DestinationArn: Match.anyValue(), Format: Match.anyValue() } });
+    t.hasResourceProperties('AWS::Lambda::Permission', { Principal: 'apigateway.amazonaws.com', FunctionName: fnArn('Sessions') });
+    expect(Object.keys(json.Outputs)).toEqual(expect.arrayContaining(['SessionsWebSocketUrl', 'SessionsFunctionName', 'WebhookSenderFunctionName', 'SweeperFunctionName']));
+
+    // schedule: an EventBridge rule on the expression, targeting the function
+    t.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(5 minutes)',
+      State: 'ENABLED',
+      Targets: [Match.objectLike({ Arn: fnArn('Sweeper') })],
+    });
+
+    // each role is allowed exactly what its entry's access says
+    const actionsOf = (id: string) => {
+      const roleId = idOf(probe.functionOf(id).role);
+      return [
+        ...new Set(
+          iamStatements(json.Resources)
+            .filter(({ logicalId }) => asArray(json.Resources[logicalId]!.Properties?.Roles as unknown[]).some((r) => JSON.stringify(r) === JSON.stringify({ Ref: roleId })))
+            .flatMap(({ statement }) => asArray(statement.Action)),
+        ),
+      ].sort();
+    };
+    expect(actionsOf('WebhookSender')).toEqual(
+      expect.arrayContaining(['sqs:SendMessage', 'sqs:ReceiveMessage', 'sqs:DeleteMessage', 'dynamodb:PutItem', 'logs:PutLogEvents']),
+    );
+    expect(actionsOf('WebhookSender').filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual([]);
+    expect(actionsOf('Sessions')).toEqual(expect.arrayContaining(['execute-api:ManageConnections', 'dynamodb:PutItem']));
+    expect(actionsOf('Sweeper').filter((a) => !a.startsWith('dynamodb:') && !a.startsWith('logs:'))).toEqual([]);
+
+    const findings = gatewayNagPacks(probeApp).flatMap((pack) => pack.validateScope(probe).violations.map((v) => `${v.ruleName} ${JSON.stringify(v.violatingResources.map((r) => r.resourceLogicalId))}`));
+    expect(findings).toEqual([]);
+  });
+
+  it('an sqs consumer that may outlive its queue\'s visibility timeout is refused at synth', () => {
+    expect(
+      () =>
+        new GatewayStack(testApp(), 'TooSlow', {
+          stage: 'dev',
+          production: false,
+          functions: [
+            {
+              ...base,
+              id: 'Executor',
+              description: 'too slow for the webhook queue',
+              timeoutSeconds: queueSpec('webhook').consumerTimeoutSeconds + 1,
+              trigger: { kind: 'sqs', queue: 'webhook' },
+              access: { tables: {}, providers: false, queues: [] },
+            },
+          ],
+        }),
+    ).toThrow(/visibility timeout/);
+  });
+});

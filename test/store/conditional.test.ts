@@ -1,0 +1,146 @@
+import { randomBytes } from 'node:crypto';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { env } from '../../lambdas/config/env.ts';
+import { conditionalPut, conditionalUpdate } from '../../lambdas/store/conditional.ts';
+import { documentClient } from '../../lambdas/store/dynamo.ts';
+import { defineStates } from '../../lambdas/store/record-states.ts';
+import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+
+let gw: TestGateway;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+});
+afterAll(async () => {
+  await gw?.stop();
+});
+
+// The Vessels table (pk, TTL on expiresAt) is as plain as a table gets; nothing else in this file's tables uses it.
+const table = () => env().VESSELS_TABLE;
+const freshKey = () => ({ pk: `cond#${randomBytes(6).toString('hex')}` });
+const read = async (key: { pk: string }) => (await documentClient().send(new GetCommand({ TableName: table(), Key: key, ConsistentRead: true }))).Item;
+
+describe('conditionalPut', () => {
+  it('succeeds when the condition holds, with no attributes unless asked', async () => {
+    const key = freshKey();
+    expect(await conditionalPut({ TableName: table(), Item: { ...key, n: 1 }, ConditionExpression: 'attribute_not_exists(pk)' })).toEqual({ ok: true });
+    expect(await read(key)).toEqual({ ...key, n: 1 });
+  });
+
+  it('returns exactly the item the failed condition saw, translated from the wire format', async () => {
+    const key = freshKey();
+    const item = { ...key, s: 'text', n: 42, f: 1.5, b: true, nul: null, list: [1, 'two', { three: 3 }], map: { nested: { deep: 'x' } }, empty: {} };
+    await conditionalPut({ TableName: table(), Item: item, ConditionExpression: 'attribute_not_exists(pk)' });
+    const r = await conditionalPut({ TableName: table(), Item: { ...key, other: 1 }, ConditionExpression: 'attribute_not_exists(pk)' });
+    expect(r).toEqual({ ok: false, seen: item });
+    expect(await read(key)).toEqual(item);
+  });
+
+  it('a put over an item returns the old one when asked (ReturnValues ALL_OLD)', async () => {
+    const key = freshKey();
+    await conditionalPut({ TableName: table(), Item: { ...key, v: 1 }, ConditionExpression: 'attribute_not_exists(pk)' });
+    expect(await conditionalPut({ TableName: table(), Item: { ...key, v: 2 }, ConditionExpression: 'v = :one', ExpressionAttributeValues: { ':one': 1 }, ReturnValues: 'ALL_OLD' })).toEqual({
+      ok: true,
+      attributes: { ...key, v: 1 },
+    });
+  });
+});
+
+describe('conditionalUpdate', () => {
+  it('success returns the attributes ReturnValues asked for', async () => {
+    const key = freshKey();
+    await conditionalPut({ TableName: table(), Item: { ...key, count: 1 }, ConditionExpression: 'attribute_not_exists(pk)' });
+    const r = await conditionalUpdate({
+      TableName: table(),
+      Key: key,
+      UpdateExpression: 'ADD #c :one',
+      ConditionExpression: '#c < :max',
+      ExpressionAttributeNames: { '#c': 'count' },
+      ExpressionAttributeValues: { ':one': 1, ':max': 10 },
+      ReturnValues: 'UPDATED_NEW',
+    });
+    expect(r).toEqual({ ok: true, attributes: { count: 2 } });
+  });
+
+  it('failure returns exactly the item seen, and changes nothing', async () => {
+    const key = freshKey();
+    const item = { ...key, count: 10, holds: { a: { ai: 1, compute: 2, expiresAt: 3 } } };
+    await conditionalPut({ TableName: table(), Item: item, ConditionExpression: 'attribute_not_exists(pk)' });
+    const r = await conditionalUpdate({
+      TableName: table(),
+      Key: key,
+      UpdateExpression: 'ADD #c :one',
+      ConditionExpression: '#c < :max',
+      ExpressionAttributeNames: { '#c': 'count' },
+      ExpressionAttributeValues: { ':one': 1, ':max': 10 },
+      ReturnValues: 'UPDATED_NEW',
+    });
+    expect(r).toEqual({ ok: false, seen: item });
+    expect(await read(key)).toEqual(item);
+  });
+
+  it('failure on a missing item sees nothing', async () => {
+    const key = freshKey();
+    const r = await conditionalUpdate({ TableName: table(), Key: key, UpdateExpression: 'SET v = :v', ConditionExpression: 'attribute_exists(pk)', ExpressionAttributeValues: { ':v': 1 } });
+    expect(r).toEqual({ ok: false, seen: undefined });
+    expect(await read(key)).toBeUndefined();
+  });
+
+  it('rethrows any error but a failed condition', async () => {
+    const key = freshKey();
+    // a placeholder the expression uses but the input does not define: a ValidationException
+    await expect(conditionalUpdate({ TableName: table(), Key: key, UpdateExpression: 'SET v = :v', ConditionExpression: 'attribute_exists(pk)' })).rejects.toMatchObject({
+      name: 'ValidationException',
+    });
+    await expect(conditionalPut({ TableName: `${table()}-missing`, Item: key, ConditionExpression: 'attribute_not_exists(pk)' })).rejects.toMatchObject({
+      name: 'ResourceNotFoundException',
+    });
+  });
+});
+
+describe('a status transition is one conditional write', () => {
+  const Vessel = defineStates({
+    queued: ['running', 'canceled'],
+    running: ['completed', 'failed', 'canceled'],
+    completed: [],
+    failed: [],
+    canceled: [],
+  });
+  type Status = (typeof Vessel.statuses)[number];
+
+  const move = (key: { pk: string }, to: Status, from?: Status) => {
+    const t = Vessel.transition(to, from ? { from } : {});
+    return conditionalUpdate({
+      TableName: table(),
+      Key: key,
+      UpdateExpression: `SET ${t.set}, movedTo = :to`,
+      ConditionExpression: t.condition,
+      ExpressionAttributeNames: t.names,
+      ExpressionAttributeValues: { ...t.values, ':to': to },
+      ReturnValues: 'ALL_NEW',
+    });
+  };
+
+  it('moves along the flow, and a move from a status the record is not in is refused with what it is', async () => {
+    const key = freshKey();
+    await conditionalPut({ TableName: table(), Item: { ...key, status: 'queued' }, ConditionExpression: 'attribute_not_exists(pk)' });
+    expect(await move(key, 'running', 'queued')).toEqual({ ok: true, attributes: { ...key, status: 'running', movedTo: 'running' } });
+    expect(await move(key, 'running', 'queued')).toEqual({ ok: false, seen: { ...key, status: 'running', movedTo: 'running' } });
+    expect(await move(key, 'completed')).toMatchObject({ ok: true, attributes: { status: 'completed' } });
+    // terminal: nothing moves it, not even to the terminal statuses reachable from elsewhere
+    expect(await move(key, 'canceled')).toEqual({ ok: false, seen: { ...key, status: 'completed', movedTo: 'completed' } });
+    expect(await move(key, 'failed')).toMatchObject({ ok: false, seen: { status: 'completed' } });
+  });
+
+  it('of racing moves out of one status exactly one wins', async () => {
+    const key = freshKey();
+    await conditionalPut({ TableName: table(), Item: { ...key, status: 'running' }, ConditionExpression: 'attribute_not_exists(pk)' });
+    const targets: Status[] = ['completed', 'failed', 'canceled', 'completed', 'failed', 'canceled', 'completed', 'failed'];
+    const results = await Promise.all(targets.map((to) => move(key, to, 'running')));
+    const won = results.filter((r) => r.ok);
+    expect(won.length).toBe(1);
+    const final = (await read(key))!.status;
+    for (const r of results) if (!r.ok) expect(r.seen?.status).toBe(final);
+  });
+});
