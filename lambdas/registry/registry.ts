@@ -1,7 +1,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
-import { documentClient, isConditionFailure } from '../store/dynamo.ts';
+import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
+import { documentClient } from '../store/dynamo.ts';
 import { keyCipher } from './key-cipher.ts';
 import { Developer, Project, type CustomPrice, type ProjectProvider } from './model.ts';
 
@@ -18,6 +19,12 @@ const projectKey = (id: string) => ({ pk: `project#${id}` });
 const table = () => env().REGISTRY_TABLE;
 const newSecret = () => randomBytes(32).toString('base64url');
 
+/** Writes a record that must not exist yet; `what` names it in the refusal when it does. */
+async function putNew(item: Record<string, unknown>, what: string): Promise<void> {
+  const put = await conditionalPut({ TableName: table(), Item: item, ConditionExpression: 'attribute_not_exists(pk)' });
+  if (!put.ok) throw new RegistryError(`${what} already exists`);
+}
+
 export async function createDeveloper(input: { developerId: string; planSeconds: number; poolSeconds?: number }): Promise<Developer> {
   const developer = Developer.parse({
     developerId: input.developerId,
@@ -25,18 +32,7 @@ export async function createDeveloper(input: { developerId: string; planSeconds:
     poolSeconds: input.poolSeconds ?? 0,
     createdAt: new Date().toISOString(),
   });
-  try {
-    await documentClient().send(
-      new PutCommand({
-        TableName: table(),
-        Item: { ...developerKey(developer.developerId), kind: 'developer', ...developer },
-        ConditionExpression: 'attribute_not_exists(pk)',
-      }),
-    );
-  } catch (err) {
-    if (isConditionFailure(err)) throw new RegistryError(`Developer ${developer.developerId} already exists`);
-    throw err;
-  }
+  await putNew({ ...developerKey(developer.developerId), kind: 'developer', ...developer }, `Developer ${developer.developerId}`);
   return developer;
 }
 
@@ -55,18 +51,7 @@ export async function createProject(input: { developerId: string; projectId?: st
     pricing: {},
     createdAt: new Date().toISOString(),
   });
-  try {
-    await documentClient().send(
-      new PutCommand({
-        TableName: table(),
-        Item: { ...projectKey(project.projectId), kind: 'project', ...project },
-        ConditionExpression: 'attribute_not_exists(pk)',
-      }),
-    );
-  } catch (err) {
-    if (isConditionFailure(err)) throw new RegistryError(`Project ${project.projectId} already exists`);
-    throw err;
-  }
+  await putNew({ ...projectKey(project.projectId), kind: 'project', ...project }, `Project ${project.projectId}`);
   return project;
 }
 
@@ -76,23 +61,17 @@ export async function getProject(projectId: string): Promise<Project | undefined
 }
 
 async function updateProject(projectId: string, update: { expression: string; names?: Record<string, string>; values?: Record<string, unknown> }): Promise<Project> {
-  try {
-    const out = await documentClient().send(
-      new UpdateCommand({
-        TableName: table(),
-        Key: projectKey(projectId),
-        UpdateExpression: update.expression,
-        ConditionExpression: 'attribute_exists(pk)',
-        ExpressionAttributeNames: update.names,
-        ExpressionAttributeValues: update.values,
-        ReturnValues: 'ALL_NEW',
-      }),
-    );
-    return Project.parse(out.Attributes);
-  } catch (err) {
-    if (isConditionFailure(err)) throw new RegistryError(`Project ${projectId} does not exist`);
-    throw err;
-  }
+  const out = await conditionalUpdate({
+    TableName: table(),
+    Key: projectKey(projectId),
+    UpdateExpression: update.expression,
+    ConditionExpression: 'attribute_exists(pk)',
+    ExpressionAttributeNames: update.names,
+    ExpressionAttributeValues: update.values,
+    ReturnValues: 'ALL_NEW',
+  });
+  if (!out.ok) throw new RegistryError(`Project ${projectId} does not exist`);
+  return Project.parse(out.attributes);
 }
 
 /** Replaces the HMAC secret: tokens signed with the old one stop working once instances' caches expire. */
