@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { Identifier, WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
 import { developerAllowance, developerComputeUsed } from '../../lambdas/plans/compute.ts';
+import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
 import { ProjectProvider } from '../../lambdas/registry/model.ts';
 import {
@@ -12,6 +13,7 @@ import {
   getProject,
   RegistryError,
   rotateProjectSecret,
+  setDeveloperPlan,
   setModelPricing,
   setProviderKey,
 } from '../../lambdas/registry/registry.ts';
@@ -92,23 +94,47 @@ export const COMMANDS: Record<string, Command> = {
       return { data: { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency }, text: `Created developer ${dev.developerId} (${tier.name} tier, ${tier.maxConcurrency} concurrent runs)` };
     },
   },
+  'developer set-plan': {
+    usage: 'developer set-plan --id ID --plan-seconds N [--pool-seconds N]',
+    summary: "change a developer's monthly plan (and pool); the tier it gives applies from the next run",
+    async run(flags, ctx) {
+      const o = parse({ id: required('id', Identifier), 'plan-seconds': required('plan-seconds', count('plan-seconds')), 'pool-seconds': count('pool-seconds').optional() }, flags);
+      await ctx.connect();
+      const dev = await setDeveloperPlan(o.id, { planSeconds: o['plan-seconds'], poolSeconds: o['pool-seconds'] });
+      const tier = tierFor(dev.planSeconds);
+      return {
+        data: { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency },
+        text: `Set the plan of ${dev.developerId}: ${dev.planSeconds} s + pool ${dev.poolSeconds} s (${tier.name} tier, ${tier.maxConcurrency} concurrent runs, from the next run)`,
+      };
+    },
+  },
   'developer show': {
     usage: 'developer show --id ID',
-    summary: "a developer's plan, tier and this month's compute",
+    summary: "a developer's plan, tier, live runs (leases) and this month's compute",
     async run(flags, ctx) {
       const o = parse({ id: required('id', Identifier) }, flags);
       await ctx.connect();
       const dev = await getDeveloper(o.id);
       if (!dev) throw new RegistryError(`Developer ${o.id} does not exist`);
       const tier = tierFor(dev.planSeconds);
-      const allowance = developerAllowance(dev, await developerComputeUsed(dev.developerId));
-      const data = { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency, computeUsedThisMonth: allowance.used, computeAvailable: allowance.available };
+      const [used, leases] = await Promise.all([developerComputeUsed(dev.developerId), liveLeases(dev.developerId)]);
+      const allowance = developerAllowance(dev, used);
+      const data = {
+        ...dev,
+        tier: tier.name,
+        maxConcurrency: tier.maxConcurrency,
+        liveLeases: leases,
+        computeUsedThisMonth: allowance.used,
+        computeAvailable: allowance.available,
+      };
       return {
         data,
         text: [
           `Developer ${dev.developerId}`,
           `  plan: ${dev.planSeconds} s + pool ${dev.poolSeconds} s (${tier.name} tier, ${tier.maxConcurrency} concurrent runs)`,
           `  compute this month: ${allowance.used} s used, ${allowance.available} s available`,
+          `  live runs: ${leases.length} of ${tier.maxConcurrency}`,
+          ...leases.map((l) => `    ${l.sessionId} (user ${l.userId}, ${Math.round(l.ageMs / 1000)} s)`),
         ].join('\n'),
       };
     },

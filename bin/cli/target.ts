@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
+import { TABLES } from '../../lambdas/store/tables.ts';
 
 /**
  * How long a running gateway may go on using a project record it has cached (secret, provider keys, pricing): the
@@ -53,10 +54,11 @@ async function stackEnvironment(stack: string, regionFlag: string | undefined): 
   const need = ['RegistryTableName', 'UsageTableName', 'ProviderKeysKmsKeyId'];
   const missing = need.filter((k) => !outputs[k]);
   if (missing.length) throw new Error(`Stack ${stack} has no output ${missing.join(', ')}; is it a prompt-gateway stack?`);
+  // Every table the stack outputs (`<id>TableName`, one per entry of TABLES), under the variable the code reads.
+  const tables = Object.fromEntries(TABLES.flatMap((spec) => (outputs[`${spec.id}TableName`] ? [[spec.envVar, outputs[`${spec.id}TableName`]!]] : [])));
   return {
     AWS_REGION: outputs.Region ?? region ?? 'us-east-1',
-    REGISTRY_TABLE: outputs.RegistryTableName!,
-    USAGE_TABLE: outputs.UsageTableName!,
+    ...tables,
     PROVIDER_KEYS_KMS_KEY_ID: outputs.ProviderKeysKmsKeyId!,
   };
 }

@@ -41,6 +41,24 @@ export async function getDeveloper(developerId: string): Promise<Developer | und
   return out.Item ? Developer.parse(out.Item) : undefined;
 }
 
+/**
+ * Changes a developer's plan. It counts from the next run: tiers are decided when a run is admitted
+ * (plans/admission.ts), and runs already holding a lease keep it.
+ */
+export async function setDeveloperPlan(developerId: string, plan: { planSeconds: number; poolSeconds?: number }): Promise<Developer> {
+  const pool = plan.poolSeconds === undefined ? '' : ', poolSeconds = :pool';
+  const out = await conditionalUpdate({
+    TableName: table(),
+    Key: developerKey(developerId),
+    UpdateExpression: `SET planSeconds = :plan${pool}`,
+    ConditionExpression: 'attribute_exists(pk)',
+    ExpressionAttributeValues: { ':plan': plan.planSeconds, ...(plan.poolSeconds === undefined ? {} : { ':pool': plan.poolSeconds }) },
+    ReturnValues: 'ALL_NEW',
+  });
+  if (!out.ok) throw new RegistryError(`Developer ${developerId} does not exist`);
+  return Developer.parse(out.attributes);
+}
+
 export async function createProject(input: { developerId: string; projectId?: string }): Promise<Project> {
   if (!(await getDeveloper(input.developerId))) throw new RegistryError(`Developer ${input.developerId} does not exist`);
   const project = Project.parse({

@@ -6,6 +6,8 @@ import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../bin/gateway.ts';
 import { resolveTarget } from '../../bin/cli/target.ts';
+import { addDeveloperCompute } from '../../lambdas/plans/compute.ts';
+import { acquireLease } from '../../lambdas/plans/leases.ts';
 import { LocalKeyCipher } from '../../lambdas/registry/key-cipher.ts';
 import {
   createProject,
@@ -71,6 +73,31 @@ const json = (run: Run): Record<string, unknown> => {
 };
 
 describe('operator CLI against a running local gateway', () => {
+  it('developer set-plan changes the tier; developer show lists the live runs and the month\'s compute', async () => {
+    json(await cli(['developer', 'create', '--id', 'dev-plan', '--plan-seconds', '1000', '--json']));
+    const raised = json(await cli(['developer', 'set-plan', '--id', 'dev-plan', '--plan-seconds', '15000000', '--pool-seconds', '7', '--json']));
+    expect(raised).toMatchObject({ developerId: 'dev-plan', planSeconds: 15_000_000, poolSeconds: 7, tier: 'pro', maxConcurrency: 10 });
+    // The pool stays as it is when not given.
+    expect(json(await cli(['developer', 'set-plan', '--id', 'dev-plan', '--plan-seconds', '3500000', '--json']))).toMatchObject({ planSeconds: 3_500_000, poolSeconds: 7, tier: 'starter', maxConcurrency: 5 });
+
+    const started = Date.now();
+    const lease = await acquireLease('dev-plan', { sessionId: 'run-cli', userId: 'alice', projectId: 'prj_x', kind: 'prompt' }, 5);
+    expect(lease.ok).toBe(true);
+    await addDeveloperCompute('dev-plan', 42);
+    const shown = json(await cli(['developer', 'show', '--id', 'dev-plan', '--json']));
+    expect(shown).toMatchObject({ tier: 'starter', maxConcurrency: 5, computeUsedThisMonth: 42, computeAvailable: 3_500_007 - 42 });
+    const [live] = shown.liveLeases as { sessionId: string; userId: string; ageMs: number }[];
+    expect(live).toMatchObject({ sessionId: 'run-cli', userId: 'alice' });
+    expect(live!.ageMs).toBeGreaterThanOrEqual(0);
+    expect(live!.ageMs).toBeLessThanOrEqual(Date.now() - started);
+    const text = await cli(['developer', 'show', '--id', 'dev-plan']);
+    expect(text.stdout).toContain('  live runs: 1 of 5\n    run-cli (user alice, ');
+    expect(text.stdout).toContain('  compute this month: 42 s used, 3499965 s available\n');
+
+    const missing = await cli(['developer', 'set-plan', '--id', 'dev-nobody', '--plan-seconds', '1']);
+    expect(missing).toEqual({ code: 1, stdout: '', stderr: 'error: Developer dev-nobody does not exist\n' });
+  });
+
   it('round trip: developer → project → provider key → pricing → token → GET /usage', async () => {
     expect(existsSync(join(dataDir, 'runtime.json'))).toBe(true);
 
@@ -92,6 +119,7 @@ describe('operator CLI against a running local gateway', () => {
       createdAt: created.createdAt,
       tier: 'starter',
       maxConcurrency: 5,
+      liveLeases: [],
       computeUsedThisMonth: 0,
       computeAvailable: 4_000_100,
     });
@@ -186,7 +214,7 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
       cli(['developer', 'create', '--id', 'dev-neg', '--plan-seconds', '5', '--pool-seconds', '-1', '--json']),
       cli(['developer', 'create', '--id', '--plan-seconds', '5']),
     ]);
-    const all = ['developer create', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'token mint'];
+    const all = ['developer create', 'developer set-plan', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'token mint'];
     for (const r of [help, dashHelp]) {
       expect(r.code).toBe(0);
       expect(r.stderr).toBe('');
@@ -207,7 +235,7 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
     expect(commandHelp).toMatchObject({ code: 0, stderr: '' });
     expect(commandHelp.stdout).toMatch(/^Usage: gateway developer create --id ID --plan-seconds N \[--pool-seconds N\]\n/);
 
-    expect(bareGroup).toEqual({ code: 2, stdout: '', stderr: 'error: missing subcommand for developer: one of create, show\n' });
+    expect(bareGroup).toEqual({ code: 2, stdout: '', stderr: 'error: missing subcommand for developer: one of create, set-plan, show\n' });
     expect(unknownFlag).toEqual({ code: 2, stdout: '', stderr: 'error: unknown flag --foo for developer create; run gateway developer --help\n' });
     expect(negative).toEqual({ code: 2, stdout: '', stderr: 'error: --plan-seconds must not be negative\n' });
     expect(negativePool).toEqual({ code: 2, stdout: '', stderr: '{"error":"--pool-seconds must not be negative"}\n' });
@@ -241,10 +269,10 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     [['developer', 'create', '--id', 'dev-x', '--plan-seconds', '-5'], 'error: --plan-seconds must not be negative\n'],
     [['developer', 'create', '--id', 'dev-x', '--plan-seconds', '-0.5'], 'error: --plan-seconds must be a whole number\n'],
     [['project', 'set-pricing', '--project', 'p', '--model', 'm', '--input-usd-per-mtok', '-1', '--output-usd-per-mtok', '1'], 'error: --input-usd-per-mtok must not be negative\n'],
-    [['developer'], 'error: missing subcommand for developer: one of create, show\n'],
+    [['developer'], 'error: missing subcommand for developer: one of create, set-plan, show\n'],
     [['project'], 'error: missing subcommand for project: one of create, show, rotate-secret, set-provider-key, set-pricing\n'],
     [['token'], 'error: missing subcommand for token: one of mint\n'],
-    [['developer', 'delete', '--id', 'x'], 'error: unknown subcommand "delete" for developer: one of create, show\n'],
+    [['developer', 'delete', '--id', 'x'], 'error: unknown subcommand "delete" for developer: one of create, set-plan, show\n'],
     [['developer', 'create', '--foo'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
     [['developer', 'create', '--foo=1', '--id', 'x'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
     // a flag of another command is unknown here too

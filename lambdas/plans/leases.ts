@@ -1,0 +1,202 @@
+import { randomUUID } from 'node:crypto';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { env } from '../config/env.ts';
+import { conditionalPut, conditionalUpdate, type StoredItem } from '../store/conditional.ts';
+import { documentClient } from '../store/dynamo.ts';
+import { DAY_SECONDS, expiresAfter } from '../store/epoch.ts';
+
+/**
+ * Concurrency leases (docs/contract.md, "Concurrency leases"): a developer may run at most their tier's number of
+ * /prompt runs, executing vessels and /ws turns at once, across all of their projects.
+ *
+ * The usage ledger's shape (budgets/ledger.ts), for the same reasons: one item per developer in the leases table
+ * holds
+ *   held     the number of leases in `leases` (a condition expression cannot count a map's entries)
+ *   leases   the leases by id: { sessionId, userId, projectId, kind, startedAt, expiresAt } (epoch milliseconds)
+ * and every change is one conditional UpdateItem, which DynamoDB serialises:
+ *   acquire  admits only while held < max, then adds the lease              → never more than the tier, at any concurrency
+ *   renew    only while the lease exists, is unexpired and names the holder  → an expired or foreign lease cannot revive
+ *   release  only while the lease exists and names the holder               → idempotent
+ *   sweep    removes leases past their expiry, through the same conditional
+ * An expired lease stops counting the moment it expires: an acquisition that finds no room sweeps the expired leases
+ * it saw and tries again, so a crashed holder frees its slot within LEASE_TTL_MS without anyone's help.
+ */
+
+/** A lease lapses this long after its last renewal. */
+export const LEASE_TTL_MS = 60_000;
+/** How often a holder renews: three renewals fit in one expiry, so one lost renewal does not lose the lease. */
+export const LEASE_RENEW_INTERVAL_MS = 20_000;
+
+export type RunKind = 'prompt' | 'vessel' | 'ws';
+
+/** What a lease says about its holder. */
+export interface LeaseHolder {
+  /** The run's id: a /prompt run's, a vessel's (its vesselId) or a /ws session's. */
+  sessionId: string;
+  userId: string;
+  projectId: string;
+  kind: RunKind;
+}
+
+/** A held lease: plain JSON, so another process can renew or release it. */
+export interface Lease extends LeaseHolder {
+  leaseId: string;
+  developerId: string;
+  /** Epoch milliseconds. */
+  startedAt: number;
+  expiresAt: number;
+}
+
+/** A live lease as the 429 body reports it. */
+export interface LiveLease {
+  sessionId: string;
+  userId: string;
+  ageMs: number;
+}
+
+export type AcquireResult = { ok: true; lease: Lease } | { ok: false; live: LiveLease[]; max: number };
+
+const table = () => env().LEASES_TABLE;
+const keyOf = (developerId: string) => ({ pk: `leases#${developerId}`, sk: 'leases' });
+/** The item outlives its last lease by a day, then DynamoDB's TTL removes it (a new acquisition recreates it). */
+const RETAIN_SECONDS = DAY_SECONDS;
+
+type StoredLease = LeaseHolder & { startedAt: number; expiresAt: number };
+
+function leasesOf(item: StoredItem | undefined): [string, StoredLease][] {
+  return Object.entries((item?.leases ?? {}) as Record<string, StoredLease>);
+}
+
+function liveOf(item: StoredItem | undefined, now: Date): LiveLease[] {
+  return leasesOf(item)
+    .filter(([, l]) => l.expiresAt > now.getTime())
+    .sort(([, a], [, b]) => a.startedAt - b.startedAt)
+    .map(([, l]) => ({ sessionId: l.sessionId, userId: l.userId, ageMs: Math.max(0, now.getTime() - l.startedAt) }));
+}
+
+async function ensureItem(developerId: string, now: Date): Promise<void> {
+  // Losing the race to another creator is fine: the item exists either way.
+  await conditionalPut({
+    TableName: table(),
+    Item: { ...keyOf(developerId), developerId, held: 0, leases: {}, expiresAt: expiresAfter(now, RETAIN_SECONDS) },
+    ConditionExpression: 'attribute_not_exists(pk)',
+  });
+}
+
+/**
+ * Takes a lease for `holder` if the developer holds fewer than `max` live leases; otherwise says which leases are
+ * live. `max` is the tier's, decided by the caller at this moment (plans/admission.ts).
+ */
+export async function acquireLease(developerId: string, holder: LeaseHolder, max: number, now = new Date()): Promise<AcquireResult> {
+  const leaseId = randomUUID();
+  const lease: Lease = { ...holder, leaseId, developerId, startedAt: now.getTime(), expiresAt: now.getTime() + LEASE_TTL_MS };
+  const stored: StoredLease = { sessionId: holder.sessionId, userId: holder.userId, projectId: holder.projectId, kind: holder.kind, startedAt: lease.startedAt, expiresAt: lease.expiresAt };
+  let swept = false;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const out = await conditionalUpdate({
+      TableName: table(),
+      Key: keyOf(developerId),
+      UpdateExpression: 'SET leases.#id = :lease, expiresAt = :ttl ADD held :one',
+      ConditionExpression: 'attribute_exists(leases) AND held < :max',
+      ExpressionAttributeNames: { '#id': leaseId },
+      ExpressionAttributeValues: { ':lease': stored, ':one': 1, ':max': max, ':ttl': expiresAfter(now, RETAIN_SECONDS) },
+    });
+    if (out.ok) return { ok: true, lease };
+    if (!out.seen) {
+      await ensureItem(developerId, now);
+      continue;
+    }
+    // Expired leases are swept only when they stand in the way: the hot path stays one write.
+    if (!swept && leasesOf(out.seen).some(([, l]) => l.expiresAt <= now.getTime())) {
+      swept = true;
+      await sweepExpired(developerId, out.seen, now);
+      continue;
+    }
+    return { ok: false, live: liveOf(out.seen, now), max };
+  }
+  // Only reachable when the item keeps vanishing or expired leases keep reappearing: report what is there now.
+  return { ok: false, live: await liveLeases(developerId, now), max };
+}
+
+/**
+ * Removes the leases of `item` that had expired at `now`, each only if it is still the expired lease that was seen
+ * (a lease renewed meanwhile stays). Returns how many this call removed.
+ */
+async function sweepExpired(developerId: string, item: StoredItem | undefined, now: Date): Promise<number> {
+  let removed = 0;
+  for (const [id] of leasesOf(item).filter(([, l]) => l.expiresAt <= now.getTime())) {
+    const out = await conditionalUpdate({
+      TableName: table(),
+      Key: keyOf(developerId),
+      UpdateExpression: 'REMOVE leases.#id ADD held :minusOne',
+      ConditionExpression: 'attribute_exists(leases.#id) AND leases.#id.expiresAt <= :now',
+      ExpressionAttributeNames: { '#id': id },
+      ExpressionAttributeValues: { ':minusOne': -1, ':now': now.getTime() },
+    });
+    if (out.ok) removed++;
+  }
+  return removed;
+}
+
+export type RenewResult = { ok: true; lease: Lease } | { ok: false; reason: 'expired' | 'not_held' };
+
+/** Extends a live lease held by `lease.sessionId` to LEASE_TTL_MS from `now`. An expired or foreign lease is refused. */
+export async function renewLease(lease: Lease, now = new Date()): Promise<RenewResult> {
+  const expiresAt = now.getTime() + LEASE_TTL_MS;
+  const out = await conditionalUpdate({
+    TableName: table(),
+    Key: keyOf(lease.developerId),
+    UpdateExpression: 'SET leases.#id.expiresAt = :exp, expiresAt = :ttl',
+    ConditionExpression: 'attribute_exists(leases.#id) AND leases.#id.sessionId = :session AND leases.#id.expiresAt > :now',
+    ExpressionAttributeNames: { '#id': lease.leaseId },
+    ExpressionAttributeValues: { ':exp': expiresAt, ':session': lease.sessionId, ':now': now.getTime(), ':ttl': expiresAfter(now, RETAIN_SECONDS) },
+  });
+  if (out.ok) return { ok: true, lease: { ...lease, expiresAt } };
+  const seen = leasesOf(out.seen).find(([id]) => id === lease.leaseId)?.[1];
+  return { ok: false, reason: seen && seen.sessionId === lease.sessionId ? 'expired' : 'not_held' };
+}
+
+/** Gives the lease back. Releasing twice, or after the lease expired and was swept, changes nothing. */
+export async function releaseLease(lease: Lease): Promise<{ released: boolean }> {
+  const out = await conditionalUpdate({
+    TableName: table(),
+    Key: keyOf(lease.developerId),
+    UpdateExpression: 'REMOVE leases.#id ADD held :minusOne',
+    ConditionExpression: 'attribute_exists(leases.#id) AND leases.#id.sessionId = :session',
+    ExpressionAttributeNames: { '#id': lease.leaseId },
+    ExpressionAttributeValues: { ':minusOne': -1, ':session': lease.sessionId },
+  });
+  return { released: out.ok };
+}
+
+/** The developer's live leases, oldest first (for the 429 body and `developer show`). */
+export async function liveLeases(developerId: string, now = new Date()): Promise<LiveLease[]> {
+  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: keyOf(developerId), ConsistentRead: true }));
+  return liveOf(out.Item, now);
+}
+
+/**
+ * Renews a lease every LEASE_RENEW_INTERVAL_MS while its run lives. When a renewal is refused (the lease expired —
+ * the process stalled for a minute — or was taken away), `onLost` is called once and renewing stops; a renewal that
+ * fails on the store's side is retried at the next tick. `stop` ends the heartbeat (release the lease separately).
+ */
+export function keepLeaseAlive(lease: Lease, opts: { onLost?: (reason: 'expired' | 'not_held') => void; intervalMs?: number } = {}): { stop(): void; current(): Lease } {
+  let current = lease;
+  let renewing = false;
+  const timer = setInterval(() => {
+    if (renewing) return;
+    renewing = true;
+    renewLease(current)
+      .then((result) => {
+        if (result.ok) current = result.lease;
+        else {
+          clearInterval(timer);
+          opts.onLost?.(result.reason);
+        }
+      })
+      .catch(() => undefined)
+      .finally(() => (renewing = false));
+  }, opts.intervalMs ?? LEASE_RENEW_INTERVAL_MS);
+  timer.unref?.();
+  return { stop: () => clearInterval(timer), current: () => current };
+}
