@@ -19,6 +19,8 @@ const CONCURRENCY_LEVELS = (process.env.BENCH_CONCURRENCY ?? '1,8').split(',').m
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 40);
 const MODEL = 'claude-sonnet-4-6';
 const PROMPT = 'Benchmark [[words:20]]';
+/** /prompt runs per row: each is admitted (plan, lease, the user's compute) and charged a compute second at least. */
+const PROMPT_REQUESTS = Math.min(REQUESTS, 200);
 
 function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
   return new Promise((resolve, reject) => {
@@ -43,15 +45,23 @@ interface Scenario {
   url: string;
   headers: Record<string, string>;
   stream: boolean;
+  /** A one-turn /prompt run (the token in the body) instead of a Messages request. */
+  prompt?: { token: string };
 }
 
 async function once(s: Scenario): Promise<{ total: number; firstByte: number }> {
   const started = performance.now();
-  const res = await fetch(`${s.url}/v1/messages`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', ...s.headers },
-    body: JSON.stringify({ model: MODEL, max_tokens: 64, stream: s.stream, messages: [{ role: 'user', content: PROMPT }] }),
-  });
+  const res = s.prompt
+    ? await fetch(`${s.url}/prompt`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(s.stream ? { accept: 'text/event-stream' } : {}) },
+        body: JSON.stringify({ message: PROMPT, options: { token: s.prompt.token, model: MODEL } }),
+      })
+    : await fetch(`${s.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', ...s.headers },
+        body: JSON.stringify({ model: MODEL, max_tokens: 64, stream: s.stream, messages: [{ role: 'user', content: PROMPT }] }),
+      });
   if (res.status !== 200) throw new Error(`${s.name}: HTTP ${res.status} ${await res.text()}`);
   const reader = res.body!.getReader();
   let firstByte = 0;
@@ -124,6 +134,15 @@ async function main() {
         results[s.name] = await run(s, REQUESTS, concurrency);
       }
       results['ledger only'] = await ledgerOnly(dataDir, concurrency);
+      // A one-turn /prompt run against one direct model call. At concurrency 1 only: the development developer's
+      // tier admits 5 runs at once, and every run charges the development user at least a compute second.
+      if (concurrency === 1) {
+        for (const stream of [false, true]) {
+          const s: Scenario = { name: `/prompt, ${stream ? 'SSE' : 'JSON'}`, url: gatewayUrl, headers: {}, stream, prompt: { token } };
+          await run(s, WARMUP, 1);
+          results[s.name] = await run(s, PROMPT_REQUESTS, 1);
+        }
+      }
       for (const [name, r] of Object.entries(results)) {
         console.log(`c=${concurrency} ${name.padEnd(14)} p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  first byte p50 ${r.ttfb50.toFixed(2)} ms  ${r.rps.toFixed(0)} req/s`);
       }
@@ -170,9 +189,16 @@ function writeReport(byLevel: Map<number, Record<string, Figures>>) {
       '',
       '| scenario | p50 ms | p99 ms | first byte p50 ms | req/s |',
       '|---|---|---|---|---|',
-      ...['direct, JSON', 'gateway, JSON', 'direct, SSE', 'gateway, SSE', 'ledger only'].map(row),
+      ...['direct, JSON', 'gateway, JSON', 'direct, SSE', 'gateway, SSE', 'ledger only', '/prompt, JSON', '/prompt, SSE'].filter((n) => results[n]).map(row),
       '',
       `Gateway overhead: ${overhead('JSON')}; ${overhead('SSE')}.`,
+      ...(results['/prompt, JSON']
+        ? [
+            '',
+            `/prompt overhead against one direct model call (the agent streams its one model call): JSON +${(results['/prompt, JSON'].p50 - results['direct, SSE']!.p50).toFixed(2)} ms at p50, ` +
+              `SSE +${(results['/prompt, SSE']!.p50 - results['direct, SSE']!.p50).toFixed(2)} ms at p50 (first byte: the run's first text chunk).`,
+          ]
+        : []),
       '',
     ];
   };

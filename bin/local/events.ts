@@ -51,7 +51,7 @@ export function splitTarget(target: string | undefined): { path: string; query: 
 }
 
 function singleHeaders(req: IncomingMessage): Record<string, string> {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = Object.create(null) as Record<string, string>;
   for (const [name, value] of Object.entries(req.headers)) {
     if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(',') : value;
   }
@@ -102,7 +102,8 @@ export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayP
   const { path, query } = splitTarget(req.url);
   const searchParams = new URLSearchParams(query);
   const headers = singleHeaders(req);
-  const multi: Record<string, string[]> = {};
+  // No prototype: a parameter named `__proto__` (or `constructor`) is a parameter like any other.
+  const multi: Record<string, string[]> = Object.create(null) as Record<string, string[]>;
   for (const [k, v] of searchParams) (multi[k] ??= []).push(v);
   const encoded = encodeBody(body, headers['content-type']);
   return {

@@ -175,6 +175,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       POWERTOOLS_LOG_LEVEL: process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN',
       // One developer edits projects with the CLI and tries them at once: trust a cached project for 1 s at most.
       SECRET_CACHE_SECONDS: process.env.SECRET_CACHE_SECONDS ?? '1',
+      // Tools and MCP servers a developer runs on this machine are reachable (docs/contract.md, "Outbound safety");
+      // loopback only, and never in a deployed stack.
+      ALLOW_LOOPBACK_URLS: process.env.ALLOW_LOOPBACK_URLS ?? '1',
       ...upstreamEnv,
       ...opts.env,
     });

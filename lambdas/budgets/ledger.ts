@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { BudgetClaim, Caller } from '../auth/claims.ts';
+import type { BudgetFigures } from '../refusals/refusal.ts';
 import { env } from '../config/env.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
@@ -246,4 +247,20 @@ export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'b
     item = await readWindowItem(key);
   }
   return toUsage(key, item);
+}
+
+/** A window's figures for both meters, as a budget refusal reports them (remaining = budget − used − held). */
+export function budgetFigures(caller: Pick<Caller, 'budget'>, usage: WindowUsage): BudgetFigures {
+  const meter = (m: Meter) => ({
+    used: usage.used[m],
+    remaining: Math.max(0, caller.budget[m] - usage.used[m] - usage.reserved[m]),
+    budget: caller.budget[m],
+  });
+  return { ai: meter('ai'), compute: meter('compute') };
+}
+
+/** Whole seconds (at least 1) until the window of `usage` resets; undefined for a lifetime window, which never does. */
+export function secondsToReset(usage: WindowUsage, now: Date): number | undefined {
+  const end = windowEnd(usage.key.window, new Date(usage.key.windowStart));
+  return end ? Math.max(1, Math.ceil((end.getTime() - now.getTime()) / 1000)) : undefined;
 }

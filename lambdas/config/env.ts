@@ -46,6 +46,8 @@ const EnvSchema = z.object({
     .min(MAX_INVOCATION_SECONDS + 60, `must exceed the ${MAX_INVOCATION_SECONDS} s invocation limit by at least a minute`)
     .default(1_200),
   DEFAULT_MODEL: z.string().default('claude-sonnet-4-6'),
+  /** `1` lets outbound calls reach loopback: tests and the local runtime only, never the stack (contract.md). */
+  ALLOW_LOOPBACK_URLS: z.string().optional().transform((v) => v === '1'),
 });
 
 export type Env = z.infer<typeof EnvSchema>;

@@ -78,6 +78,16 @@ export const FUNCTIONS = [
     trigger: { kind: 'rest', routes: CONJURE_ROUTES },
     access: { tables: LEDGER, providers: false, queues: [] },
   },
+  {
+    id: 'Prompt',
+    entry: 'lambdas/handlers/prompt.ts',
+    description: 'Prompt gateway /prompt (one-shot agent runs, JSON or SSE)',
+    memoryMb: 1024,
+    timeoutSeconds: 900,
+    trigger: { kind: 'streaming-url', paths: ['/prompt'] },
+    // Leases: the developer's concurrency; providers: the model calls; no queue.
+    access: { tables: { ...LEDGER, Leases: 'readwrite' }, providers: true, queues: [] },
+  },
 ] as const satisfies readonly FunctionSpec[];
 
 export type FunctionId = (typeof FUNCTIONS)[number]['id'];

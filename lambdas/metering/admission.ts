@@ -1,9 +1,9 @@
 import type { Caller } from '../auth/claims.ts';
-import { reserve, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
+import { budgetFigures, reserve, secondsToReset, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import { windowEnd } from '../budgets/windows.ts';
 import type { ModelPricing } from '../pricing/prices.ts';
 import type { MessagesRequest } from '../providers/types.ts';
-import type { BudgetFigures, Refusal } from '../refusals/refusal.ts';
+import type { Refusal } from '../refusals/refusal.ts';
 import { estimateInputTokens } from './estimate.ts';
 
 /**
@@ -90,19 +90,31 @@ function floorOf(body: MessagesRequest): number {
   return Math.min(needed, body.max_tokens);
 }
 
-/** Reserves the request's worst case (lowering `max_tokens` to fit when it can), or says why it cannot be admitted. */
+/**
+ * Reserves the request's worst case (lowering `max_tokens` to fit when it can), or says why it cannot be admitted.
+ * `capMicros` bounds the worst case further (an agent run's `maxBudgetUsd`, what is left of it): `max_tokens` is
+ * lowered to fit it the same way, and below the floor the refusal is `cost_cap_reached`.
+ */
 export async function admit(
   caller: Caller,
   pricing: ModelPricing,
   clientBody: MessagesRequest,
   now = new Date(),
+  capMicros?: number,
 ): Promise<{ ok: true; admission: Admission } | { ok: false; refusal: Refusal }> {
   const bounded = boundedTools(clientBody, pricing);
   // The body as it will be forwarded (a `max_uses` the gateway adds is input too); only max_tokens may change later.
   const forwarded = bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody;
   const worstCase = worstCaseOf(pricing, forwarded, bounded.uses);
   const floor = floorOf(clientBody);
-  let maxTokens = clientBody.max_tokens;
+  const capped = capMicros === undefined ? clientBody.max_tokens : largestFitting(worstCase, capMicros, clientBody.max_tokens);
+  if (capped < floor) {
+    return {
+      ok: false,
+      refusal: { kind: 'cost_cap_reached', capMicros: capMicros!, message: `The run's remaining budget (${capMicros} microdollars) cannot pay for even the smallest form of the next model call (up to ${worstCaseMicros(worstCase, floor)})` },
+    };
+  }
+  let maxTokens = capped;
   let usage: WindowUsage | undefined;
   // A refusal tells us what remained at that instant; concurrent requests may move it, hence a few attempts.
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -114,7 +126,7 @@ export async function admit(
     }
     usage = result.usage;
     const room = caller.budget.ai - usage.used.ai - usage.reserved.ai;
-    const fit = largestFitting(worstCase, room, clientBody.max_tokens);
+    const fit = largestFitting(worstCase, room, capped);
     if (fit < floor) break;
     maxTokens = fit;
   }
@@ -135,7 +147,7 @@ function budgetRefusal(caller: Caller, usage: WindowUsage, smallestWorst: number
   const remaining = Math.max(0, budget - used.ai);
   if (used.ai + smallestWorst > budget) {
     const end = windowEnd(caller.budget.window, new Date(usage.key.windowStart));
-    const retryAfterSeconds = end ? Math.max(1, Math.ceil((end.getTime() - now.getTime()) / 1000)) : undefined;
+    const retryAfterSeconds = secondsToReset(usage, now);
     const resets = end ? `; it resets at ${end.toISOString()}` : '; a lifetime budget does not reset';
     const what =
       used.ai >= budget
@@ -148,14 +160,4 @@ function budgetRefusal(caller: Caller, usage: WindowUsage, smallestWorst: number
     message: `AI budget fully held by requests in flight: ${used.ai} spent and ${reserved.ai} reserved of ${budget} microdollars in the current ${window}; retry when they finish`,
     budget: figures,
   };
-}
-
-/** The window's figures for both meters, as a budget refusal reports them (remaining = budget − used − held). */
-function budgetFigures(caller: Caller, usage: WindowUsage): BudgetFigures {
-  const meter = (m: 'ai' | 'compute') => ({
-    used: usage.used[m],
-    remaining: Math.max(0, caller.budget[m] - usage.used[m] - usage.reserved[m]),
-    budget: caller.budget[m],
-  });
-  return { ai: meter('ai'), compute: meter('compute') };
 }

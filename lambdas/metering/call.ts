@@ -44,6 +44,8 @@ export interface ModelCallInput {
    * produced. A caller that merely stops reading a stream cancels its body instead, with the same effect.
    */
   signal?: AbortSignal;
+  /** The most this call may cost (what is left of an agent run's budget): `max_tokens` is lowered to fit it. */
+  capMicros?: number;
   now?: Date;
 }
 
@@ -57,7 +59,8 @@ export interface CallCharge {
 }
 
 export type ModelCall =
-  | { ok: false; refusal: Refusal; clampedMaxTokens?: number }
+  /** `charge`: what a call that failed after admission was still charged (an aborted call's input bound). */
+  | { ok: false; refusal: Refusal; clampedMaxTokens?: number; charge?: CallCharge }
   | ({ ok: true; kind: 'message'; message: Anthropic.Message; clampedMaxTokens?: number } & { charge: CallCharge })
   | { ok: true; kind: 'stream'; stream: MeteredStream; clampedMaxTokens?: number };
 
@@ -136,7 +139,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   if ('kind' in resolved) return { ok: false, refusal: resolved };
   const pricing = await requirePricing(resolved, body.model);
   if ('kind' in pricing) return { ok: false, refusal: pricing };
-  const admitted = await admit(caller, pricing, body, input.now);
+  const admitted = await admit(caller, pricing, body, input.now, input.capMicros);
   if (!admitted.ok) return { ok: false, refusal: admitted.refusal };
   const { admission } = admitted;
   const { reservation } = admission;
@@ -162,8 +165,9 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   if (result.kind === 'error') {
     // Aborted by the caller: the provider may have billed the input it had read.
     const micros = input.signal?.aborted ? charge(pricing, { input_tokens: admission.worstCase.inputTokens, output_tokens: 0 }).microdollars : 0;
-    await track(settleCharge(reservation, micros, context));
-    return { ok: false, refusal: { kind: 'upstream', status: result.status, body: result.body }, clampedMaxTokens };
+    const outcome = await track(settleCharge(reservation, micros, context));
+    log.costMicrodollars = micros;
+    return { ok: false, refusal: { kind: 'upstream', status: result.status, body: result.body }, clampedMaxTokens, charge: chargeOf(caller, micros, undefined, outcome) };
   }
 
   if (result.kind === 'message') {

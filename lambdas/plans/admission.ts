@@ -1,21 +1,29 @@
 import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
+import { budgetFigures, readUsage, reserve, secondsToReset, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import { getDeveloper } from '../registry/registry.ts';
 import { developerAllowance, developerComputeUsed, type DeveloperAllowance } from './compute.ts';
-import { acquireLease, type Lease, type LiveLease, type RunKind } from './leases.ts';
+import { acquireLease, releaseLease, type Lease, type LiveLease, type RunKind } from './leases.ts';
 import { tierFor, type Tier } from './tiers.ts';
 
 /**
  * The one admission step of every run — a /prompt run, an executing vessel, a /ws turn (docs/contract.md,
- * "Developers and plans"): the developer's month of compute must not be spent, then a concurrency lease is taken at
- * the tier the developer's plan gives at this moment (an operator's plan change counts from the next run). The run
- * holds the lease while it lives (`keepLeaseAlive`) and releases it when it ends (`releaseLease`).
+ * "Developers and plans"):
+ * 1. the developer's month of compute must not be spent (402);
+ * 2. a concurrency lease is taken at the tier the developer's plan gives at this moment (429; an operator's plan
+ *    change counts from the next run);
+ * 3. with `maxSeconds`, the user's budget: neither meter may be spent (429 user_budget_exhausted), and the run's
+ *    compute is reserved — as many seconds as remain, up to `maxSeconds`, which is then the run's deadline.
+ * The run holds the lease while it lives (`keepLeaseAlive`), releases it when it ends (`releaseLease`), and settles
+ * the compute reservation with the seconds it used.
  */
-export type RunAdmission = { ok: true; lease: Lease; tier: Tier } | { ok: false; refusal: Refusal };
+export type RunAdmission =
+  | { ok: true; lease: Lease; tier: Tier; developerId: string; compute?: { reservation: Reservation; seconds: number } }
+  | { ok: false; refusal: Refusal };
 
-export async function admitRun(caller: Caller, run: { sessionId: string; kind: RunKind }, now = new Date()): Promise<RunAdmission> {
+export async function admitRun(caller: Caller, run: { sessionId: string; kind: RunKind; maxSeconds?: number }, now = new Date()): Promise<RunAdmission> {
   const project = await cachedProject(caller.projectId);
   if (!project) return { ok: false, refusal: unknownIssuer().refusal };
   const [developer, used] = await Promise.all([getDeveloper(project.developerId), developerComputeUsed(project.developerId, now)]);
@@ -24,9 +32,47 @@ export async function admitRun(caller: Caller, run: { sessionId: string; kind: R
   const allowance = developerAllowance(developer, used);
   if (!allowance.allowed) return { ok: false, refusal: developerBudgetRefusal(allowance) };
   const tier = tierFor(developer.planSeconds);
-  const acquired = await acquireLease(developer.developerId, { ...run, userId: caller.userId, projectId: caller.projectId }, tier.maxConcurrency, now);
+  const holder = { sessionId: run.sessionId, kind: run.kind, userId: caller.userId, projectId: caller.projectId };
+  const acquired = await acquireLease(developer.developerId, holder, tier.maxConcurrency, now);
   if (!acquired.ok) return { ok: false, refusal: concurrencyRefusal(acquired.live, acquired.max) };
-  return { ok: true, lease: acquired.lease, tier };
+  if (run.maxSeconds === undefined) return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId };
+  const compute = await reserveRunCompute(caller, run.maxSeconds, now);
+  if ('kind' in compute) {
+    await releaseLease(acquired.lease);
+    return { ok: false, refusal: compute };
+  }
+  return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId, compute };
+}
+
+/**
+ * Reserves the run's compute: what remains of the user's compute budget, up to `maxSeconds` (a held amount the run
+ * must not outlive). Refused when either meter is spent — an AI budget with nothing left cannot pay for a turn.
+ */
+async function reserveRunCompute(caller: Caller, maxSeconds: number, now: Date): Promise<{ reservation: Reservation; seconds: number } | Refusal> {
+  let usage = await readUsage(caller, now);
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const figures = budgetFigures(caller, usage);
+    if (figures.compute.remaining <= 0 || figures.ai.remaining <= 0) break;
+    const seconds = Math.min(figures.compute.remaining, maxSeconds);
+    const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: ['compute', 'ai'], now });
+    if (held.ok) return { reservation: held.reservation, seconds };
+    usage = held.usage;
+  }
+  return userBudgetRefusal(caller, usage, now);
+}
+
+/** The interface's 429 for a spent user budget (either meter), with both meters' figures. */
+export function userBudgetRefusal(caller: Caller, usage: WindowUsage, now: Date): Refusal {
+  const figures = budgetFigures(caller, usage);
+  const spent = (['ai', 'compute'] as const).filter((m) => figures[m].remaining <= 0);
+  const retryAfterSeconds = secondsToReset(usage, now);
+  const what = spent.map((m) => (m === 'ai' ? `AI (${figures.ai.used} of ${figures.ai.budget} microdollars)` : `compute (${figures.compute.used} of ${figures.compute.budget} seconds)`));
+  return {
+    kind: 'budget_exhausted',
+    message: `The user's budget is used up for the current ${caller.budget.window} window: ${what.join(' and ') || 'fully held by runs in flight'}`,
+    budget: figures,
+    ...(retryAfterSeconds === undefined ? {} : { retryAfterSeconds }),
+  };
 }
 
 /** The interface's 402: the month's compute across the developer's projects has reached planSeconds + poolSeconds. */

@@ -33,6 +33,7 @@ const TYPES: Record<Exclude<Refusal['kind'], 'upstream'>, AnthropicErrorType> = 
   budget_held: 'rate_limit_error',
   concurrent_limit_reached: 'rate_limit_error',
   developer_budget_exhausted: 'billing_error',
+  cost_cap_reached: 'billing_error',
 };
 
 function retryHeaders(refusal: Refusal): Record<string, string> {

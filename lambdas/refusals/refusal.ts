@@ -22,6 +22,8 @@ export type Refusal =
   | { kind: 'budget_exhausted'; message: string; retryAfterSeconds?: number; budget: BudgetFigures }
   /** The budget would admit it once the user's requests in flight settle: worth retrying shortly. */
   | { kind: 'budget_held'; message: string; budget: BudgetFigures }
+  /** A caller's own cost cap (an agent run's `maxBudgetUsd`) cannot pay for the smallest form of the call. */
+  | { kind: 'cost_cap_reached'; capMicros: number; message: string }
   /** The model has no price, so it cannot be metered. */
   | { kind: 'unpriced_model'; model: string; message: string }
   /** The model routes to a provider whose key the project has not set. */
@@ -76,6 +78,7 @@ export function statusOf(refusal: Refusal): number {
     case 'token':
       return 401;
     case 'developer_budget_exhausted':
+    case 'cost_cap_reached':
       return 402;
     case 'not_found':
       return 404;

@@ -100,6 +100,15 @@ describe('routing by the path alone, in the right envelope', () => {
     expect((await fetch(`${gw.url}/health`)).status).toBe(200);
   });
 
+  it('query parameters named __proto__ or constructor are parameters like any other: no 500 (found by the fuzzer)', async () => {
+    for (const query of ['__proto__=a&limit=1', 'constructor=x', '__proto__=a&__proto__=b']) {
+      const res = await fetch(`${gw.url}/favicon.ico?${query}`);
+      expect(res.status).toBe(404);
+      expect(await res.json()).toMatchObject({ error: 'not_found' });
+      expect((await fetch(`${gw.url}/usage?${query}`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+    }
+  });
+
   it('conjure answers carry a request id too', async () => {
     const res = await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${token}` } });
     expect(res.status).toBe(200);

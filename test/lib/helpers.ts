@@ -53,4 +53,16 @@ export function iamStatements(resources: Resources): Array<{ logicalId: string; 
   return out;
 }
 
+/**
+ * The statements of the IAM role `roleLogicalId`: its inline policies' and those of every policy attached to it
+ * (`Roles`), as iamStatements gives them.
+ */
+export function roleStatements(resources: Resources, roleLogicalId: string): Array<{ logicalId: string; statement: PolicyStatement }> {
+  const ref = JSON.stringify({ Ref: roleLogicalId });
+  return iamStatements(resources).filter(
+    ({ logicalId }) =>
+      logicalId === roleLogicalId || asArray(resources[logicalId]!.Properties?.Roles as unknown[] | undefined).some((r) => JSON.stringify(r) === ref),
+  );
+}
+
 export const asArray = <T>(value: T | T[] | undefined): T[] => (value === undefined ? [] : Array.isArray(value) ? value : [value]);

@@ -14,10 +14,11 @@ import { GatewayQueues } from '../../lib/constructs/queues.ts';
 import { GatewayScheduling } from '../../lib/constructs/scheduling.ts';
 import { GatewayStack } from '../../lib/gateway-stack.ts';
 import { GatewayChecks, gatewayNagPacks } from '../../lib/nag.ts';
-import { asArray, iamStatements, removeTestApps, testApp } from './helpers.ts';
+import { asArray, iamStatements, removeTestApps, roleStatements, testApp } from './helpers.ts';
 
 const OUTPUTS = [
   'ChannelingUrl',
+  'PromptUrl',
   'ConjureUrl',
   'RegistryTableName',
   'UsageTableName',
@@ -27,6 +28,7 @@ const OUTPUTS = [
   'ProviderKeysKmsKeyId',
   'AnthropicKeySecretArn',
   'Region',
+  'PromptFunctionName',
 ];
 
 // One synth of the app exactly as bin/app.ts builds it (default context: stage dev), shared by the tests below.
@@ -49,6 +51,10 @@ afterAll(removeTestApps);
 const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
 const logicalIdOf = (construct: IConstruct) =>
   stack.getLogicalId((CfnElement.isCfnElement(construct) ? construct : construct.node.defaultChild) as CfnElement);
+const fnArnOf = (construct: IConstruct) => ({ 'Fn::GetAtt': [logicalIdOf(construct), 'Arn'] });
+/** The logical id of the function URL that invokes `construct`'s function. */
+const urlIdOf = (construct: IConstruct) =>
+  ofType('AWS::Lambda::Url').find(([, u]) => JSON.stringify(u.Properties?.TargetFunctionArn) === JSON.stringify(fnArnOf(construct)))![0];
 
 describe('cdk-nag', () => {
   it('reports no unacknowledged AwsSolutions or gateway finding, errors or warnings', () => {
@@ -107,14 +113,15 @@ describe('cdk-nag', () => {
 });
 
 describe('functions', () => {
-  it('channeling is a public RESPONSE_STREAM function URL, the only one while it is the manifest\'s only streaming-url function', () => {
-    expect(FUNCTIONS.filter((f) => f.trigger.kind === 'streaming-url').map((f) => f.id)).toEqual(['Channeling']);
-    template.resourceCountIs('AWS::Lambda::Url', 1);
-    template.hasResourceProperties('AWS::Lambda::Url', {
-      AuthType: 'NONE',
-      InvokeMode: 'RESPONSE_STREAM',
-      TargetFunctionArn: { 'Fn::GetAtt': [logicalIdOf(stack.channeling.fn), 'Arn'] },
-    });
+  it('channeling and prompt are public RESPONSE_STREAM function URLs, the only ones, as the manifest\'s only streaming-url functions', () => {
+    expect(FUNCTIONS.filter((f) => f.trigger.kind === 'streaming-url').map((f) => f.id)).toEqual(['Channeling', 'Prompt']);
+    const urls = ofType('AWS::Lambda::Url').map(([, u]) => u.Properties);
+    expect(urls).toHaveLength(2);
+    expect(urls).toEqual(
+      expect.arrayContaining(
+        [stack.channeling.fn, stack.functionOf('Prompt').fn].map((fn) => ({ AuthType: 'NONE', InvokeMode: 'RESPONSE_STREAM', TargetFunctionArn: fnArnOf(fn) })),
+      ),
+    );
   });
 
   it('runs Node 22 on ARM with an ESM bundle, source maps, Powertools settings and every table name', () => {
@@ -167,22 +174,54 @@ describe('IAM', () => {
     }
   });
 
-  it('channeling may Decrypt with the provider-keys key and nothing else of it; nobody may Encrypt', () => {
-    const kmsActions = iamStatements(resources).flatMap(({ statement }) => asArray(statement.Action).filter((a) => a.startsWith('kms:')));
-    expect(kmsActions).toEqual(['kms:Decrypt']);
-    template.hasResourceProperties('AWS::IAM::Policy', {
-      Roles: [{ Ref: logicalIdOf(stack.channeling.role) }],
-      PolicyDocument: {
-        Statement: Match.arrayWith([
-          { Action: 'kms:Decrypt', Effect: 'Allow', Resource: { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] } },
-          {
-            Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'],
-            Effect: 'Allow',
-            Resource: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
-          },
-        ]),
-      },
-    });
+  it('channeling and prompt may Decrypt with the provider-keys key and nothing else of it; nobody may Encrypt', () => {
+    const providerCallers = [stack.channeling, stack.functionOf('Prompt')];
+    const keyArn = { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] };
+    // Every kms: action of every policy, with the roles it is attached to: one Decrypt of the key for each caller.
+    const kmsGrants = iamStatements(resources)
+      .filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('kms:')))
+      .map(({ logicalId, statement }) => JSON.stringify({ roles: resources[logicalId]!.Properties?.Roles, action: statement.Action, resource: statement.Resource }))
+      .sort();
+    expect(kmsGrants).toEqual(
+      providerCallers.map((f) => JSON.stringify({ roles: [{ Ref: logicalIdOf(f.role) }], action: 'kms:Decrypt', resource: keyArn })).sort(),
+    );
+    for (const f of providerCallers) {
+      template.hasResourceProperties('AWS::IAM::Policy', {
+        Roles: [{ Ref: logicalIdOf(f.role) }],
+        PolicyDocument: {
+          Statement: Match.arrayWith([
+            { Action: 'kms:Decrypt', Effect: 'Allow', Resource: keyArn },
+            {
+              Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'],
+              Effect: 'Allow',
+              Resource: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
+            },
+          ]),
+        },
+      });
+    }
+    // The conjure function calls no provider: no key, no secret.
+    const conjureActions = roleStatements(resources, logicalIdOf(stack.conjure.role)).flatMap(({ statement }) => asArray(statement.Action));
+    expect(conjureActions.length).toBeGreaterThan(0);
+    expect(conjureActions.filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual([]);
+  });
+
+  it('only prompt may touch the Leases table, and it may read and write it', () => {
+    const leasesId = logicalIdOf(stack.data.tables.Leases);
+    const onLeases = ({ statement }: { statement: { Resource?: unknown } }) => JSON.stringify(statement.Resource ?? null).includes(`"${leasesId}"`);
+    const promptOnLeases = roleStatements(resources, logicalIdOf(stack.functionOf('Prompt').role)).filter(onLeases);
+    expect(promptOnLeases.flatMap(({ statement }) => asArray(statement.Action))).toEqual(
+      expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem']),
+    );
+    for (const f of [stack.channeling, stack.conjure]) {
+      const statements = roleStatements(resources, logicalIdOf(f.role));
+      // They do have table grants (Registry, Usage), just none on Leases.
+      expect(statements.some(({ statement }) => asArray(statement.Action).includes('dynamodb:PutItem'))).toBe(true);
+      expect(statements.filter(onLeases)).toEqual([]);
+    }
+    // Nor does any other policy of the stack name the table.
+    const promptRole = JSON.stringify([{ Ref: logicalIdOf(stack.functionOf('Prompt').role) }]);
+    expect(iamStatements(resources).filter(onLeases).filter(({ logicalId }) => JSON.stringify(resources[logicalId]!.Properties?.Roles) !== promptRole)).toEqual([]);
   });
 
   it('uses no AWS managed policy except API Gateway\'s account-level logging role', () => {
@@ -405,6 +444,8 @@ describe('observability', () => {
         'ConjureApiThrottles',
         'GatewayErrorRate',
         'LedgerErrors',
+        'PromptErrorRate',
+        'PromptThrottles',
         'RunDeadLetterQueueDepth',
         'WebhookDeadLetterQueueDepth',
       ]
@@ -432,13 +473,23 @@ describe('observability', () => {
       });
     }
     expect(JSON.stringify(alarm('ConjureApi5xxRate'))).toContain('5XXError');
-    expect(JSON.stringify(alarm('ChannelingErrorRate'))).toMatch(/"MetricName":"Errors".*"MetricName":"Invocations"|"MetricName":"Invocations".*"MetricName":"Errors"/);
+    for (const fnId of ['Channeling', 'Prompt']) {
+      const errorRate = JSON.stringify(alarm(`${fnId}ErrorRate`));
+      expect(errorRate).toMatch(/"MetricName":"Errors".*"MetricName":"Invocations"|"MetricName":"Invocations".*"MetricName":"Errors"/);
+      expect(errorRate).toContain(JSON.stringify({ Ref: logicalIdOf(stack.functionOf(fnId).fn) }));
+      expect(JSON.stringify(alarm(`${fnId}Throttles`))).toContain(JSON.stringify({ Ref: logicalIdOf(stack.functionOf(fnId).fn) }));
+    }
     expect(JSON.stringify(alarm('GatewayErrorRate'))).toContain('"Namespace":"PromptGateway"');
     const body = JSON.stringify(resources[logicalIdOf(stack.node.findChild('Observability').node.findChild('Dashboard'))]);
     for (const metric of ['Requests', 'Errors', 'SpendMicrodollars', 'UpstreamLatency', 'Throttles', 'Duration', 'ApproximateNumberOfMessagesVisible', '5XXError']) {
       expect(body).toContain(metric);
     }
     expect(body).toContain('p99');
+    // Every function of the manifest has its errors, throttles, duration and invocations on it.
+    for (const { id: fnId } of FUNCTIONS) {
+      expect(body).toContain(JSON.stringify({ Ref: logicalIdOf(stack.functionOf(fnId).fn) }));
+      for (const label of [`${fnId} errors`, `${fnId} throttles`, `${fnId} p99`]) expect(body).toContain(label);
+    }
   });
 });
 
@@ -446,7 +497,15 @@ describe('outputs', () => {
   it('exports the names the operator CLI reads', () => {
     const outputs = Object.keys(template.toJSON().Outputs);
     expect(outputs).toEqual(expect.arrayContaining(OUTPUTS));
-    expect(outputs).not.toContain('PromptUrl');
+    // One <Id>Url per function URL and the REST API's, nothing else; each function URL output is its own URL's.
+    expect(outputs.filter((o) => o.endsWith('Url')).sort()).toEqual(['ChannelingUrl', 'ConjureUrl', 'PromptUrl']);
+    for (const fnId of ['Channeling', 'Prompt']) {
+      const f = stack.functionOf(fnId);
+      template.hasOutput(`${fnId}Url`, {
+        Value: { 'Fn::Join': ['', ['https://', { 'Fn::Select': [2, { 'Fn::Split': ['/', { 'Fn::GetAtt': [urlIdOf(f.fn), 'FunctionUrl'] }] }] }]] },
+      });
+      template.hasOutput(`${fnId}FunctionName`, { Value: { Ref: logicalIdOf(f.fn) } });
+    }
     template.hasOutput('ProviderKeysKmsKeyId', { Value: { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] } });
     template.hasOutput('Region', { Value: { Ref: 'AWS::Region' } });
   });
@@ -460,36 +519,40 @@ describe('a new function is one manifest entry', () => {
 
   it('a streaming-url entry deploys another RESPONSE_STREAM URL, its <Id>Url and <Id>FunctionName outputs and its grants', () => {
     const slotApp = testApp();
-    const withPrompt = new GatewayStack(slotApp, 'WithPrompt', {
+    const withOracle = new GatewayStack(slotApp, 'WithOracle', {
       stage: 'dev',
       production: false,
       functions: [
         ...FUNCTIONS,
         {
           ...base,
-          id: 'Prompt',
-          description: 'Prompt gateway /prompt (one-shot agent runs, JSON or SSE)',
+          id: 'Oracle',
+          description: 'Prompt gateway /oracle (a further streaming endpoint)',
           timeoutSeconds: 900,
-          trigger: { kind: 'streaming-url', paths: ['/prompt'] },
+          trigger: { kind: 'streaming-url', paths: ['/oracle'] },
           access: { tables: { Registry: 'read', Usage: 'readwrite', Leases: 'readwrite' }, providers: true, queues: [] },
         },
       ],
     });
-    const t = Template.fromStack(withPrompt);
-    const prompt = withPrompt.functionOf('Prompt');
-    t.resourceCountIs('AWS::Lambda::Url', 2);
+    const t = Template.fromStack(withOracle);
+    const oracle = withOracle.functionOf('Oracle');
+    // One URL more than the real manifest deploys.
+    const manifestUrls = FUNCTIONS.filter((f) => f.trigger.kind === 'streaming-url').length;
+    expect(manifestUrls).toBe(ofType('AWS::Lambda::Url').length);
+    t.resourceCountIs('AWS::Lambda::Url', manifestUrls + 1);
     t.hasResourceProperties('AWS::Lambda::Url', {
+      AuthType: 'NONE',
       InvokeMode: 'RESPONSE_STREAM',
-      TargetFunctionArn: { 'Fn::GetAtt': [withPrompt.getLogicalId(prompt.fn.node.defaultChild as never), 'Arn'] },
+      TargetFunctionArn: { 'Fn::GetAtt': [withOracle.getLogicalId(oracle.fn.node.defaultChild as never), 'Arn'] },
     });
-    expect(Object.keys(t.toJSON().Outputs)).toEqual(expect.arrayContaining([...OUTPUTS, 'PromptUrl', 'PromptFunctionName', 'ChannelingFunctionName']));
-    const tables = (name: string) => withPrompt.getLogicalId(withPrompt.data.tables[name as 'Leases'].node.defaultChild as never);
-    const resourcesOfPrompt = iamStatements(t.toJSON().Resources)
-      .filter(({ logicalId }) => logicalId.startsWith(withPrompt.getLogicalId(prompt.role.node.defaultChild as never).replace(/Role.*$/, 'RoleDefaultPolicy')))
+    expect(Object.keys(t.toJSON().Outputs)).toEqual(expect.arrayContaining([...OUTPUTS, 'OracleUrl', 'OracleFunctionName', 'ChannelingFunctionName']));
+    const tables = (name: string) => withOracle.getLogicalId(withOracle.data.tables[name as 'Leases'].node.defaultChild as never);
+    const resourcesOfOracle = iamStatements(t.toJSON().Resources)
+      .filter(({ logicalId }) => logicalId.startsWith(withOracle.getLogicalId(oracle.role.node.defaultChild as never).replace(/Role.*$/, 'RoleDefaultPolicy')))
       .flatMap(({ statement }) => asArray(statement.Resource as unknown))
       .map((r) => JSON.stringify(r));
-    expect(resourcesOfPrompt.some((r) => r.includes(tables('Leases')))).toBe(true);
-    expect(resourcesOfPrompt.some((r) => r.includes(tables('Vessels')))).toBe(false);
+    expect(resourcesOfOracle.some((r) => r.includes(tables('Leases')))).toBe(true);
+    expect(resourcesOfOracle.some((r) => r.includes(tables('Vessels')))).toBe(false);
   });
 
   it('sqs, websocket and schedule entries get their event source, API and rule, with exactly their grants, nag-clean', () => {

@@ -382,7 +382,8 @@ describe('startGateway serves an sqs function of the manifest', () => {
       ],
     });
     try {
-      expect(gw.functions.map((f) => `${f.id}:${f.kind}`)).toEqual(['Channeling:streaming-url', 'ConjureApi:rest', 'RecordingConsumer:sqs']);
+      // Every function of the manifest is served with its own trigger, and the consumer after them.
+      expect(gw.functions.map((f) => `${f.id}:${f.kind}`)).toEqual([...FUNCTIONS.map((f) => `${f.id}:${f.trigger.kind}`), 'RecordingConsumer:sqs']);
       expect((await fetch(`${gw.url}/health`)).status).toBe(200);
       // The handlers' environment names the queues, so the sender reaches the local fauxqs.
       const sender = sqsQueueSender();

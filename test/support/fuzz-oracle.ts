@@ -14,7 +14,7 @@ import { MODELS, validLimit } from '../fuzz/arbitraries.ts';
  */
 
 export type App = 'proxy' | 'conjure' | 'either';
-export type RouteName = 'messages' | 'count_tokens' | 'models' | 'model' | 'usage';
+export type RouteName = 'messages' | 'count_tokens' | 'models' | 'model' | 'usage' | 'prompt';
 
 export interface PathInfo {
   app: App;
@@ -32,8 +32,9 @@ const ROUTES: [RegExp, RouteName][] = [
   [/^\/v1\/models\/?$/, 'models'],
   [/^\/v1\/models\/([^/]+)\/?$/, 'model'],
   [/^\/usage\/?$/, 'usage'],
+  [/^\/prompt\/?$/, 'prompt'],
 ];
-export const ROUTE_METHOD: Record<RouteName, string> = { messages: 'POST', count_tokens: 'POST', models: 'GET', model: 'GET', usage: 'GET' };
+export const ROUTE_METHOD: Record<RouteName, string> = { messages: 'POST', count_tokens: 'POST', models: 'GET', model: 'GET', usage: 'GET', prompt: 'POST' };
 
 const decodes = (s: string): boolean => {
   try {
@@ -133,6 +134,10 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
       const model = modelOutcome(judged.body, info.route);
       return { statuses: [...model.statuses, ...judged.alsoAllowed], caller, body: judged.body, why: `${judged.why}; ${model.why}` };
     }
+    case 'prompt':
+      // The token travels in the body (options.token), so headers do not authorise: a fuzzed body is refused as bad
+      // input, as unauthenticated, or as too large — never run, never a 5xx (docs/prompt.md).
+      return { statuses: [400, 401, 413], why: 'POST /prompt with a fuzzed body' };
     default:
       throw new Error(`unhandled route ${info.route}`);
   }

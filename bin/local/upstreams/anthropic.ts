@@ -3,13 +3,14 @@
  *
  * Routes: POST /v1/messages (JSON or SSE with `stream: true`), POST /v1/messages/count_tokens,
  * GET /v1/models, GET /v1/models/:id. Behaviour is scripted by directives in the last user
- * message (see ./script.ts for the directive language and the token counting rules).
+ * message, or in a scripted multi-turn conversation by turn-scoped `[[N> ...]]` directives in the
+ * first one (see ./script.ts for the directive language and the token counting rules).
  */
 import {
   buildReplyPlan,
   estimateInputTokens,
-  lastUserTextAnthropic,
-  parseDirectives,
+  anthropicConversation,
+  scriptConversation,
   runSse,
   sendJson,
   startHttpServer,
@@ -152,7 +153,7 @@ export async function startAnthropicUpstream(opts?: StartUpstreamOptions): Promi
       return fail(400, 'max_tokens: Field required (integer)');
     }
 
-    const script = parseDirectives(lastUserTextAnthropic(body));
+    const script = scriptConversation(anthropicConversation(body));
     if (script.errors.length > 0) return fail(400, script.errors.join('; '));
     const d = script.directives;
     if (d.hang) return; // never answer; close() or the client aborting ends the socket

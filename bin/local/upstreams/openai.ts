@@ -2,13 +2,14 @@
  * Deterministic simulated OpenAI Chat Completions upstream (plain `node:http`); also answers on
  * the OpenRouter-style paths. Routes: POST /v1/chat/completions, /chat/completions,
  * /api/v1/chat/completions (JSON, or SSE with `stream: true`).
- * Behaviour is scripted by directives in the last user message (see ./script.ts).
+ * Behaviour is scripted by directives in the last user message, or in a scripted multi-turn conversation
+ * by turn-scoped `[[N> ...]]` directives in the first one (see ./script.ts).
  */
 import {
   buildReplyPlan,
   estimateInputTokens,
-  lastUserTextOpenAI,
-  parseDirectives,
+  openaiConversation,
+  scriptConversation,
   runSse,
   sendJson,
   startHttpServer,
@@ -125,7 +126,7 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
         ? body.max_tokens
         : undefined;
 
-    const script = parseDirectives(lastUserTextOpenAI(body));
+    const script = scriptConversation(openaiConversation(body));
     if (script.errors.length > 0) return fail(400, script.errors.join('; '));
     const d = script.directives;
     if (d.hang) return; // never answer; close() or the client aborting ends the socket

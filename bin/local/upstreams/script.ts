@@ -9,9 +9,16 @@
  *   [[words:N]]               reply text is exactly N words: `word1 word2 ... wordN`
  *                             (with tool directives it replaces the "Calling tools." preamble;
  *                             `[[words:0]]` means "no text at all")
- *   (no words directive)      reply text is `Echo: <user text without directives>`, or
+ *   [[json:VALUE]]            reply text is exactly the JSON text VALUE (trimmed, verbatim; it must
+ *                             parse as JSON); replaces the echo / preamble like `[[words:N]]`
+ *   [[json-invalid]]          reply text is `not json` (INVALID_JSON_TEXT), for structured-output
+ *                             retry tests; replaces the echo / preamble like `[[words:N]]`
+ *                             (words / json / json-invalid: the last one applying to the turn wins)
+ *   (no text directive)       reply text is `Echo: <user text without directives>`, or
  *                             `Hello from the simulated upstream.` when that text is empty;
- *                             with tool directives it is `Calling tools.`
+ *                             with tool directives it is `Calling tools.`; in a scripted
+ *                             conversation whose last user turn carries tool results it is
+ *                             `Tool results: <r1> | <r2>` (see below)
  *   [[tool:NAME {json}]]      one tool call NAME with that JSON object as input (`{}` when
  *                             omitted); repeat for parallel tool calls (kept in order)
  *   [[thinking]]              a reasoning/thinking part (THINKING_TEXT) before the text
@@ -31,13 +38,35 @@
  *                             `empty` (usage objects with no fields), or `input=N` (report N input
  *                             tokens: a provider counting more than the gateway's bound)
  *
- * A directive with a malformed argument (e.g. `[[words:abc]]`, invalid tool JSON) makes the
- * upstream answer 400 invalid_request_error naming the directive.
+ * Scripted multi-turn conversations (agent loops):
+ *   [[N> directive]]          any directive above, prefixed by `N>` (N ≥ 1, spaces after `>`
+ *                             optional), applies only on turn N, where turn = 1 + the number of
+ *                             `assistant` messages in the request. E.g. `[[1> tool:get {"a":1}]]`,
+ *                             `[[2> words:3]]`, `[[3> json:{"ok":true}]]`, `[[2> error:529]]`.
+ *   A request is a *scripted conversation* when its first or last user message contains at least
+ *   one turn-scoped directive. Then:
+ *     - directives come from the last user message if it has any recognised directive of its own
+ *       (scoped or not), otherwise from the FIRST user message (the prompt);
+ *     - of those, the unscoped ones apply on every turn, then the ones scoped to this turn (so for
+ *       single-valued directives — words/json, error, latency, ... — the turn's own value wins;
+ *       tool calls are unscoped ones first, then the turn's);
+ *     - when the last user turn carries tool results (Anthropic `tool_result` blocks of the last
+ *       user message; OpenAI `role: "tool"` / `"function"` messages after the last assistant
+ *       message) and no text directive applies, the reply text is `Tool results: <r1> | <r2>`
+ *       (each result's text content — string, or text blocks joined with `\n` — in order).
+ *   Without any turn-scoped directive nothing changes: only the last user message is read, and a
+ *   last user message holding only tool results has no text (→ `Hello from the simulated upstream.`,
+ *   which ends a tool loop). Malformed directives in the messages read are 400s on every turn,
+ *   whatever their turn.
+ *
+ * A directive with a malformed argument (e.g. `[[words:abc]]`, invalid tool JSON, `[[0> hang]]`)
+ * makes the upstream answer 400 invalid_request_error naming the directive.
  *
  * Token counting (deterministic; mirrors nothing real, but is easy to predict in tests):
  *   - output tokens = words(thinking/reasoning text) + words(reply text)
  *                     + Σ over tool calls of ceil(JSON.stringify(input).length / 4)
- *     where words(s) = number of whitespace-separated words of s (see `countWords`).
+ *     where words(s) = number of whitespace-separated words of s (see `countWords`); this holds
+ *     for every reply text: echo, words, json, json-invalid, tool results.
  *   - input estimate = ceil(JSON.stringify({ system, messages, tools }).length / 4) over the
  *     request body fields (`estimateInputTokens`; absent fields are omitted by JSON.stringify).
  *     Anthropic: usage.input_tokens = max(0, estimate - cache_read - cache_write), because
@@ -62,6 +91,12 @@ export const THINKING_SIGNATURE = 'sig_sim';
 export const TOOL_PREAMBLE = 'Calling tools.';
 /** Reply text when there is nothing to echo. */
 export const EMPTY_ECHO_TEXT = 'Hello from the simulated upstream.';
+/** Reply text produced by `[[json-invalid]]` (not valid JSON). */
+export const INVALID_JSON_TEXT = 'not json';
+/** Prefix of the reply text echoing tool results in a scripted conversation. */
+export const TOOL_RESULTS_PREFIX = 'Tool results: ';
+/** Separator between the tool results echoed after TOOL_RESULTS_PREFIX. */
+export const TOOL_RESULTS_SEPARATOR = ' | ';
 
 export interface ToolDirective {
   name: string;
@@ -70,6 +105,8 @@ export interface ToolDirective {
 
 export interface Directives {
   words?: number;
+  /** Exact reply text from `[[json:VALUE]]` (or INVALID_JSON_TEXT from `[[json-invalid]]`); exclusive with `words`. */
+  json?: string;
   tools: ToolDirective[];
   thinking: boolean;
   cacheRead: number;
@@ -87,16 +124,37 @@ export interface Directives {
   reportedInput?: number;
 }
 
+/** One recognised directive occurrence, as written. */
+export interface DirectiveEntry {
+  /** The turn of a turn-scoped `[[N> ...]]` directive; undefined = every turn. */
+  turn?: number;
+  name: string;
+  arg?: string;
+  /** The directive as written, e.g. `[[2> words:3]]`. */
+  raw: string;
+}
+
 export interface ParsedScript {
   directives: Directives;
   /** The text with recognised directives removed, trimmed. */
   text: string;
   /** Problems with malformed directives (non-empty → the upstream answers 400). */
   errors: string[];
+  /** Every recognised directive of the text, in order (whatever its turn). */
+  entries?: DirectiveEntry[];
+  /** The conversation turn the directives were resolved for (1 + assistant messages). */
+  turn?: number;
+  /**
+   * Tool results echoed as `Tool results: r1 | r2` when no text directive applies
+   * (set only for scripted conversations whose last user turn carries tool results).
+   */
+  toolResults?: string[];
 }
 
 const KNOWN_DIRECTIVES = new Set([
   'words',
+  'json',
+  'json-invalid',
   'tool',
   'thinking',
   'cache',
@@ -156,9 +214,28 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
   switch (name) {
     case 'words': {
       const n = intArg();
-      if (n !== undefined) d.words = n;
+      if (n !== undefined) {
+        d.words = n;
+        delete d.json;
+      }
       return;
     }
+    case 'json': {
+      const json = (arg ?? '').trim();
+      if (json === '') return bad('expected [[json:VALUE]]');
+      try {
+        JSON.parse(json);
+      } catch {
+        return bad('not valid JSON');
+      }
+      d.json = json;
+      delete d.words;
+      return;
+    }
+    case 'json-invalid':
+      d.json = INVALID_JSON_TEXT;
+      delete d.words;
+      return;
     case 'tool': {
       const m = /^\s*([A-Za-z0-9_.-]+)\s*([\s\S]*)$/.exec(arg ?? '');
       if (!m || m[1] === undefined) return bad('expected [[tool:NAME {json}]]');
@@ -251,25 +328,38 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
   }
 }
 
-/** Extracts the directives from `text`, returning them with the cleaned (trimmed) text. */
-export function parseDirectives(text: string): ParsedScript {
-  const directives = emptyDirectives();
+export interface ScannedText {
+  /** Recognised directives, in order. */
+  entries: DirectiveEntry[];
+  /** The text with recognised directives removed, trimmed. */
+  text: string;
+  /** Problems with malformed directives, whatever their turn. */
+  errors: string[];
+}
+
+/**
+ * Finds the recognised directives of `text` (`[[name]]`, `[[name:arg]]`, optionally turn-scoped
+ * as `[[N> name...]]`) and validates every one of them, whatever its turn.
+ */
+export function scanDirectives(text: string): ScannedText {
+  const entries: DirectiveEntry[] = [];
   const errors: string[] = [];
+  const scratch = emptyDirectives();
   let out = '';
   let pos = 0;
-  const nameRe = /[a-z][a-z-]*/y;
+  const headRe = /(?:(\d+)>\s*)?([a-z][a-z-]*)/y;
   while (pos < text.length) {
     const open = text.indexOf('[[', pos);
     if (open < 0) break;
-    nameRe.lastIndex = open + 2;
-    const m = nameRe.exec(text);
-    const name = m?.[0];
-    if (name === undefined || !KNOWN_DIRECTIVES.has(name)) {
+    headRe.lastIndex = open + 2;
+    const m = headRe.exec(text);
+    const name = m?.[2];
+    if (m === null || name === undefined || !KNOWN_DIRECTIVES.has(name)) {
       out += text.slice(pos, open + 1);
       pos = open + 1;
       continue;
     }
-    const afterName = open + 2 + name.length;
+    const afterName = open + 2 + m[0].length;
     let arg: string | undefined;
     let end: number;
     if (text.startsWith(']]', afterName)) {
@@ -287,12 +377,47 @@ export function parseDirectives(text: string): ParsedScript {
       pos = open + 1;
       continue;
     }
-    applyDirective(directives, name, arg, text.slice(open, end + 2), errors);
+    const raw = text.slice(open, end + 2);
+    const entry: DirectiveEntry = { name, raw };
+    if (arg !== undefined) entry.arg = arg;
+    if (m[1] !== undefined) {
+      entry.turn = Number.parseInt(m[1], 10);
+      if (!(entry.turn >= 1)) errors.push(`Invalid directive ${raw}: the turn must be 1 or more`);
+    }
+    applyDirective(scratch, name, arg, raw, errors);
+    entries.push(entry);
     out += text.slice(pos, open);
     pos = end + 2;
   }
   out += text.slice(pos);
-  return { directives, text: out.trim(), errors };
+  return { entries, text: out.trim(), errors };
+}
+
+/**
+ * The directives in effect on `turn`: the unscoped entries first, then those scoped to `turn`,
+ * each group in written order (so for single-valued directives the turn's own value wins).
+ */
+export function directivesForTurn(entries: readonly DirectiveEntry[], turn: number): Directives {
+  const d = emptyDirectives();
+  const ignored: string[] = [];
+  for (const e of entries) if (e.turn === undefined) applyDirective(d, e.name, e.arg, e.raw, ignored);
+  for (const e of entries) if (e.turn === turn) applyDirective(d, e.name, e.arg, e.raw, ignored);
+  return d;
+}
+
+/**
+ * Extracts the directives from `text` as they apply on `turn` (default 1), returning them with
+ * the cleaned (trimmed) text.
+ */
+export function parseDirectives(text: string, turn = 1): ParsedScript {
+  const scanned = scanDirectives(text);
+  return {
+    directives: directivesForTurn(scanned.entries, turn),
+    text: scanned.text,
+    errors: scanned.errors,
+    entries: scanned.entries,
+    turn,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -342,6 +467,93 @@ export function lastUserTextOpenAI(body: unknown): string {
     if (msg.role === 'user') return textOfContent(msg.content);
   }
   return '';
+}
+
+/** What the script reads from a request's conversation (see `scriptConversation`). */
+export interface ConversationView {
+  /** Text of the first `user` message (the prompt). */
+  firstUserText: string;
+  /** Text of the last user turn (`lastUserTextAnthropic` / `lastUserTextOpenAI`). */
+  lastUserText: string;
+  /** Number of `assistant` messages in the conversation (turn = 1 + this). */
+  assistantMessages: number;
+  /** Text content of each tool result of the last user turn, in order. */
+  toolResults: string[];
+}
+
+function firstUserText(messages: unknown[]): string {
+  for (const msg of messages) {
+    if (isRecord(msg) && msg.role === 'user') return textOfContent(msg.content);
+  }
+  return '';
+}
+
+function countAssistantMessages(messages: unknown[]): number {
+  return messages.filter((m) => isRecord(m) && m.role === 'assistant').length;
+}
+
+/** The conversation of an Anthropic Messages request; tool results are the last user message's `tool_result` blocks. */
+export function anthropicConversation(body: unknown): ConversationView {
+  const messages = isRecord(body) && Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
+  const toolResults: string[] = [];
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const msg = messages[i];
+    if (!isRecord(msg) || msg.role !== 'user') continue;
+    if (Array.isArray(msg.content)) {
+      for (const block of msg.content) {
+        if (isRecord(block) && block.type === 'tool_result') toolResults.push(textOfContent(block.content));
+      }
+    }
+    break;
+  }
+  return {
+    firstUserText: firstUserText(messages),
+    lastUserText: lastUserTextAnthropic(body),
+    assistantMessages: countAssistantMessages(messages),
+    toolResults,
+  };
+}
+
+/** The conversation of an OpenAI Chat Completions request; tool results are the `tool` / `function` messages after the last assistant message. */
+export function openaiConversation(body: unknown): ConversationView {
+  const messages = isRecord(body) && Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
+  const toolResults: string[] = [];
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const msg = messages[i];
+    if (!isRecord(msg)) continue;
+    if (msg.role === 'assistant') break;
+    if (msg.role === 'tool' || msg.role === 'function') toolResults.unshift(textOfContent(msg.content));
+  }
+  return {
+    firstUserText: firstUserText(messages),
+    lastUserText: lastUserTextOpenAI(body),
+    assistantMessages: countAssistantMessages(messages),
+    toolResults,
+  };
+}
+
+/**
+ * The script of one request in its conversation (see the header comment): the last user
+ * message's directives, or — in a scripted conversation (some directive of the first or last user
+ * message is turn-scoped) whose last user message has none of its own — the first user message's,
+ * resolved for turn = 1 + assistant messages. The echoed text is always the last user message's.
+ */
+export function scriptConversation(view: ConversationView): ParsedScript {
+  const turn = view.assistantMessages + 1;
+  const last = scanDirectives(view.lastUserText);
+  const first = scanDirectives(view.firstUserText);
+  const scoped = (s: ScannedText): boolean => s.entries.some((e) => e.turn !== undefined);
+  const scripted = scoped(first) || scoped(last);
+  const source = scripted && last.entries.length === 0 ? first : last;
+  const script: ParsedScript = {
+    directives: directivesForTurn(source.entries, turn),
+    text: last.text,
+    errors: source.errors,
+    entries: source.entries,
+    turn,
+  };
+  if (scripted && view.toolResults.length > 0) script.toolResults = view.toolResults;
+  return script;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,15 +635,20 @@ export interface ReplyPlan {
 }
 
 /**
- * Builds the deterministic reply from the parsed last-user-message `script`.
+ * Builds the deterministic reply from the request's `script` (`scriptConversation`, or
+ * `parseDirectives` of a single text). Reply text: json / words directive, else the tool results
+ * echo (scripted conversations), else the tool preamble, else the echo.
  * `maxTokens` is the request's output limit (undefined → unlimited).
  */
 export function buildReplyPlan(script: ParsedScript, maxTokens: number | undefined): ReplyPlan {
   const d = script.directives;
   let reasoning = d.thinking ? THINKING_TEXT : '';
   let text: string;
-  if (d.words !== undefined) text = makeWords(d.words);
-  else if (d.tools.length > 0) text = TOOL_PREAMBLE;
+  if (d.json !== undefined) text = d.json;
+  else if (d.words !== undefined) text = makeWords(d.words);
+  else if (script.toolResults !== undefined && script.toolResults.length > 0) {
+    text = TOOL_RESULTS_PREFIX + script.toolResults.join(TOOL_RESULTS_SEPARATOR);
+  } else if (d.tools.length > 0) text = TOOL_PREAMBLE;
   else text = script.text === '' ? EMPTY_ECHO_TEXT : `Echo: ${script.text}`;
 
   let toolCalls: PlannedToolCall[] = d.tools.map((t) => ({

@@ -1,0 +1,107 @@
+import { z } from 'zod';
+import { TOOL_NAME } from './tools/names.ts';
+
+/**
+ * The options of an agent run, the one schema `/prompt` validates (and `/incubate` and `/ws` reuse): every option of
+ * the interface, strict — an unknown key is a 400 naming it, so a typo (`maxTurn`) never passes silently
+ * (docs/prompt.md, "Options").
+ */
+
+
+const Headers = z.record(z.string(), z.string({ error: 'header values must be strings' }));
+
+/** A remote HTTP tool the gateway runs: the input is POSTed as JSON to `url`, the response text is the result. */
+const HttpTool = z.strictObject({
+  name: z.string().regex(TOOL_NAME, 'tool names are 1–128 letters, digits, "_" or "-"'),
+  description: z.string().optional(),
+  input_schema: z.looseObject({ type: z.literal('object', { error: 'input_schema.type must be "object"' }) }),
+  url: z.string({ error: 'url must be a string' }).url('url must be an absolute http(s) URL'),
+  headers: Headers.optional(),
+});
+
+/**
+ * An Anthropic server tool (`web_search_…`, `code_execution_…`, …): Anthropic runs it, so it passes through to
+ * Claude models unchanged, with whatever fields Anthropic defines for it.
+ */
+const ServerTool = z.looseObject({ type: z.string().regex(/^[a-z_]+_\d{8}$/, 'a server tool names its versioned type, e.g. "web_search_20250305"'), name: z.string() });
+
+const Tool = z.unknown().transform((value, ctx): z.infer<typeof HttpTool> | z.infer<typeof ServerTool> => {
+  const tool = value as Record<string, unknown> | null;
+  if (!tool || typeof tool !== 'object' || Array.isArray(tool)) {
+    ctx.addIssue({ code: 'custom', message: 'each tool must be an object' });
+    return z.NEVER;
+  }
+  if (typeof tool.type === 'string' && !('url' in tool)) {
+    const parsed = ServerTool.safeParse(tool);
+    if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue, code: 'custom', message: issue.message });
+    return parsed.success ? parsed.data : z.NEVER;
+  }
+  if (!('url' in tool)) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `tool "${String(tool.name ?? '')}" has no url: it would run in the client, which /prompt cannot reach; use /ws for client-side tools`,
+    });
+    return z.NEVER;
+  }
+  const parsed = HttpTool.safeParse(tool);
+  if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue, code: 'custom', message: issue.message, path: issue.path });
+  return parsed.success ? parsed.data : z.NEVER;
+});
+
+const McpServer = z.unknown().transform((value, ctx) => {
+  const server = value as Record<string, unknown> | null;
+  if (!server || typeof server !== 'object' || Array.isArray(server)) {
+    ctx.addIssue({ code: 'custom', message: 'each MCP server must be an object' });
+    return z.NEVER;
+  }
+  // Nothing is ever spawned in the gateway: a local (stdio) server would run a command on it.
+  if (server.type === 'stdio' || 'command' in server) {
+    ctx.addIssue({ code: 'custom', message: 'stdio MCP servers (a "command" to run) are not supported: nothing is spawned in the gateway; give a remote server {type: "http" | "sse", url}' });
+    return z.NEVER;
+  }
+  const parsed = z
+    .strictObject({
+      type: z.enum(['http', 'sse'], { error: 'type must be "http" or "sse"' }),
+      url: z.string({ error: 'url must be a string' }).url('url must be an absolute http(s) URL'),
+      headers: Headers.optional(),
+    })
+    .safeParse(server);
+  if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue, code: 'custom', message: issue.message });
+  return parsed.success ? parsed.data : z.NEVER;
+});
+
+export const RunOptions = z.strictObject({
+  model: z.string().min(1, 'model must not be empty').optional(),
+  systemPrompt: z.string().optional(),
+  tools: z.array(Tool, { error: 'tools must be an array' }).optional(),
+  mcpServers: z
+    .record(z.string().regex(TOOL_NAME, 'MCP server names are 1–128 letters, digits, "_" or "-"'), McpServer, { error: 'mcpServers must be an object of named servers' })
+    .optional(),
+  allowedTools: z.array(z.string(), { error: 'allowedTools must be an array of tool names' }).optional(),
+  disallowedTools: z.array(z.string(), { error: 'disallowedTools must be an array of tool names' }).optional(),
+  maxTurns: z.number({ error: 'maxTurns must be a number' }).int('maxTurns must be a whole number').min(1, 'maxTurns must be at least 1').max(100, 'maxTurns must be at most 100').optional(),
+  maxBudgetUsd: z.number({ error: 'maxBudgetUsd must be a number' }).positive('maxBudgetUsd must be above 0').max(10_000, 'maxBudgetUsd must be at most 10000').optional(),
+  maxThinkingTokens: z
+    .number({ error: 'maxThinkingTokens must be a number' })
+    .int('maxThinkingTokens must be a whole number')
+    .min(1_024, 'maxThinkingTokens must be at least 1024 (the smallest thinking budget models accept)')
+    .max(128_000, 'maxThinkingTokens must be at most 128000')
+    .optional(),
+  outputFormat: z
+    .strictObject({
+      type: z.literal('json_schema', { error: 'outputFormat.type must be "json_schema"' }),
+      schema: z.record(z.string(), z.unknown(), { error: 'outputFormat.schema must be a JSON Schema object' }),
+    })
+    .optional(),
+});
+export type RunOptions = z.infer<typeof RunOptions>;
+export type HttpToolOption = z.infer<typeof HttpTool>;
+
+/** `POST /prompt`'s body: the message, and the options with the caller's token. */
+export const PromptBody = z.strictObject({
+  message: z.string({ error: 'message is required and must be a string' }).min(1, 'message must not be empty'),
+  options: RunOptions.extend({ token: z.string({ error: 'options.token is required: the JWT goes in the body' }) }),
+});
+export type PromptBody = z.infer<typeof PromptBody>;
+
+export const isHttpTool = (tool: NonNullable<RunOptions['tools']>[number]): tool is HttpToolOption => 'url' in tool;
