@@ -1,7 +1,7 @@
 import { authenticate } from '../auth/authenticate.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
 import { bearerToken, Router, type RouteHandler } from '../http/router.ts';
-import { conjureRefusal, conjureResponse } from '../refusals/conjure.ts';
+import { CONJURE_ENVELOPE } from '../refusals/conjure.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { usageReport } from '../usage/report.ts';
 import { CONJURE_ROUTES, type ConjureRoute } from './routes.ts';
@@ -27,13 +27,5 @@ const HANDLERS: Record<`${ConjureRoute['method']} ${ConjureRoute['path']}`, Rout
 export function conjureApp(): HttpApp {
   const router = new Router();
   for (const route of CONJURE_ROUTES) router.on(route.method, route.path, HANDLERS[`${route.method} ${route.path}`]);
-  return httpApp({
-    router,
-    renderRefusal: conjureRefusal,
-    internalError: () => conjureResponse(500, { error: 'internal_error', message: 'The gateway failed to handle this request' }),
-    errorTypeOf: (body) => {
-      const error = (body as { error?: unknown })?.error;
-      return typeof error === 'string' ? error.slice(0, 80) : undefined;
-    },
-  });
+  return httpApp({ router, ...CONJURE_ENVELOPE });
 }

@@ -14,7 +14,7 @@ import { admitRun } from '../plans/admission.ts';
 import { addDeveloperCompute } from '../plans/compute.ts';
 import { keepLeaseAlive, releaseLease } from '../plans/leases.ts';
 import { describeIssue } from '../proxy/schema.ts';
-import { conjureRefusal, conjureResponse } from '../refusals/conjure.ts';
+import { CONJURE_ENVELOPE } from '../refusals/conjure.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { routeModel } from '../routing/route.ts';
 import { env } from '../config/env.ts';
@@ -31,15 +31,7 @@ export const MAX_RUN_SECONDS = MAX_INVOCATION_SECONDS - RUN_SECONDS_MARGIN;
 
 export function promptApp(): HttpApp {
   const router = new Router().on('POST', '/prompt', handlePrompt);
-  return httpApp({
-    router,
-    renderRefusal: conjureRefusal,
-    internalError: () => conjureResponse(500, { error: 'internal_error', message: 'The gateway failed to handle this request' }),
-    errorTypeOf: (body) => {
-      const error = (body as { error?: unknown })?.error;
-      return typeof error === 'string' ? error.slice(0, 80) : undefined;
-    },
-  });
+  return httpApp({ router, ...CONJURE_ENVELOPE });
 }
 
 async function handlePrompt(req: Request): Promise<Response> {

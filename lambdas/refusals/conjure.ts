@@ -39,3 +39,16 @@ export function conjureRefusal(refusal: Refusal): Response {
 export function conjureResponse(status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): Response {
   return Response.json(body, { status, headers });
 }
+
+/**
+ * What an app speaking the conjure envelope gives `httpApp` (conjure REST, /prompt): refusals, its 500, and the error
+ * code its access-log line names.
+ */
+export const CONJURE_ENVELOPE = {
+  renderRefusal: conjureRefusal,
+  internalError: () => conjureResponse(500, { error: 'internal_error', message: 'The gateway failed to handle this request' }),
+  errorTypeOf: (body: unknown) => {
+    const error = (body as { error?: unknown })?.error;
+    return typeof error === 'string' ? error.slice(0, 80) : undefined;
+  },
+};

@@ -11,13 +11,22 @@ import { errorResult } from './errors.ts';
  * Anthropic is the gateway's own format, so nothing is translated: the client's bytes go up unchanged and the
  * upstream's bytes (JSON or SSE, event lines included) come back unchanged, chunk by chunk.
  */
-async function call(req: ProviderRequest, path: string): Promise<Response> {
-  return fetch(endpoint(req, path), {
-    method: 'POST',
-    headers: upstreamHeaders(req),
-    body: req.rawBody,
-    signal: AbortSignal.any([req.signal, AbortSignal.timeout(req.timeoutMs)]),
-  });
+type ErrorResult = Extract<ProviderResult, { kind: 'error' }>;
+
+/** POSTs the client's bytes to `path`: the upstream's answer when it is a 2xx, else the error it maps to. */
+async function call(req: ProviderRequest, path: string): Promise<Response | ErrorResult> {
+  let res: Response;
+  try {
+    res = await fetch(endpoint(req, path), {
+      method: 'POST',
+      headers: upstreamHeaders(req),
+      body: req.rawBody,
+      signal: AbortSignal.any([req.signal, AbortSignal.timeout(req.timeoutMs)]),
+    });
+  } catch (err) {
+    return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
+  }
+  return res.ok ? res : errorResult(res);
 }
 
 export const anthropicProvider: Provider = {
@@ -28,13 +37,8 @@ export const anthropicProvider: Provider = {
   usesProjectKey: false,
 
   async send(req): Promise<ProviderResult> {
-    let res: Response;
-    try {
-      res = await call(req, '/v1/messages');
-    } catch (err) {
-      return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
-    }
-    if (!res.ok) return errorResult(res);
+    const res = await call(req, '/v1/messages');
+    if (!(res instanceof Response)) return res;
     if (req.body.stream === true && res.body && (res.headers.get('content-type') ?? '').includes('text/event-stream')) {
       return { kind: 'stream', body: withIdleTimeout(res.body, req.timeoutMs) };
     }
@@ -46,13 +50,8 @@ export const anthropicProvider: Provider = {
   },
 
   async countTokens(req): Promise<CountResult> {
-    let res: Response;
-    try {
-      res = await call(req, '/v1/messages/count_tokens');
-    } catch (err) {
-      return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
-    }
-    if (!res.ok) return errorResult(res);
+    const res = await call(req, '/v1/messages/count_tokens');
+    if (!(res instanceof Response)) return res;
     const body = (await res.json()) as { input_tokens: number };
     return { kind: 'count', input_tokens: body.input_tokens, estimated: false };
   },
