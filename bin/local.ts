@@ -24,7 +24,7 @@ async function main() {
     '',
     `Prompt gateway ready on ${gw.url}`,
     `  channeling URL (Anthropic Messages API): ${gw.url}   → POST /v1/messages`,
-    `  conjure URL: ${gw.url}   → GET /usage`,
+    `  conjure URL: ${gw.url}   → GET /usage, POST /prompt (agent runs)`,
     `  health: ${gw.url}/health`,
     `  data: ${dataDir} (DynamoDB Local on ${gw.dynamoEndpoint})`,
     gw.simulated
@@ -41,6 +41,8 @@ async function main() {
     '',
     `  curl -s ${gw.url}/v1/messages -H "x-api-key: ${dev.token}" -H "anthropic-version: 2023-06-01" \\`,
     `    -H "content-type: application/json" -d '{"model":"claude-sonnet-4-6","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}'`,
+    '',
+    `  curl -s ${gw.url}/prompt -H "content-type: application/json" -d '{"message":"Hello","options":{"token":"${dev.token}"}}'`,
     '',
     '  // Anthropic SDK (TypeScript)',
     `  const client = new Anthropic({ baseURL: '${gw.url}', apiKey: '<token above>' });`,

@@ -156,6 +156,15 @@ describe('functions', () => {
     template.hasResourceProperties('AWS::Lambda::Function', { Timeout: 29, MemorySize: 512 });
   });
 
+  it('never lets a deployed function call loopback addresses on a user\'s behalf (ALLOW_LOOPBACK_URLS is local only)', () => {
+    const functions = Object.values(resources).filter((r) => (r as { Type: string }).Type === 'AWS::Lambda::Function');
+    expect(functions.length).toBeGreaterThanOrEqual(3);
+    for (const fn of functions) {
+      const variables = ((fn as { Properties: { Environment?: { Variables?: Record<string, unknown> } } }).Properties.Environment?.Variables ?? {}) as Record<string, unknown>;
+      expect(variables).not.toHaveProperty('ALLOW_LOOPBACK_URLS');
+    }
+  });
+
   it('gives every function its own log group with a retention', () => {
     for (const [, group] of ofType('AWS::Logs::LogGroup')) expect(group.Properties?.RetentionInDays).toBeGreaterThan(0);
     expect(ofType('AWS::Logs::LogGroup').length).toBe(ofType('AWS::Lambda::Function').length + 2); // + API access and execution logs
