@@ -11,10 +11,10 @@ import {
   estimateInputTokens,
   anthropicConversation,
   scriptConversation,
-  runSse,
+  simulatorBug,
   sendJson,
   startHttpServer,
-  startSse,
+  streamScripted,
   waitUnlessClosed,
   wordChunks,
   jsonFragments,
@@ -186,23 +186,10 @@ export async function startAnthropicUpstream(opts?: StartUpstreamOptions): Promi
       return sendJson(res, 200, message, baseHeaders);
     }
 
-    startSse(res, baseHeaders);
-    await runSse(req, res, {
-      events: streamEvents(id, model, content, stopReason, usage, d.usageMode),
-      delayMs: d.delayMs,
-      resetAfter: d.resetAfter,
-      streamErrorAfter: d.streamErrorAfter,
-      errorEvent: ANTHROPIC_STREAM_ERROR_EVENT,
-    });
+    await streamScripted({ req, res }, baseHeaders, streamEvents(id, model, content, stopReason, usage, d.usageMode), d, ANTHROPIC_STREAM_ERROR_EVENT);
   };
 
-  return startHttpServer(opts, handle, ({ res }, err) => {
-    if (!res.headersSent) {
-      sendJson(res, 500, anthropicErrorBody(500, `Simulated upstream bug: ${String(err)}`));
-    } else {
-      res.destroy();
-    }
-  });
+  return startHttpServer(opts, handle, simulatorBug(anthropicErrorBody));
 }
 
 /** The usage as `[[usage:MODE]]` misreports it (undefined: no usage field at all). */

@@ -10,10 +10,10 @@ import {
   estimateInputTokens,
   openaiConversation,
   scriptConversation,
-  runSse,
+  simulatorBug,
   sendJson,
   startHttpServer,
-  startSse,
+  streamScripted,
   waitUnlessClosed,
   wordChunks,
   jsonFragments,
@@ -213,21 +213,8 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
     }
     events.push('data: [DONE]\n\n');
 
-    startSse(res, baseHeaders);
-    await runSse(req, res, {
-      events,
-      delayMs: d.delayMs,
-      resetAfter: d.resetAfter,
-      streamErrorAfter: d.streamErrorAfter,
-      errorEvent: OPENAI_STREAM_ERROR_EVENT,
-    });
+    await streamScripted({ req, res }, baseHeaders, events, d, OPENAI_STREAM_ERROR_EVENT);
   };
 
-  return startHttpServer(opts, handle, ({ res }, err) => {
-    if (!res.headersSent) {
-      sendJson(res, 500, openaiErrorBody(500, `Simulated upstream bug: ${String(err)}`));
-    } else {
-      res.destroy();
-    }
-  });
+  return startHttpServer(opts, handle, simulatorBug(openaiErrorBody));
 }

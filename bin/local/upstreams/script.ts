@@ -888,3 +888,26 @@ export async function runSse(req: http.IncomingMessage, res: http.ServerResponse
   }
   res.end();
 }
+
+/** Streams a scripted reply: starts the SSE response, then plays `events` with the directives' delays and faults. */
+export async function streamScripted(
+  call: { req: http.IncomingMessage; res: http.ServerResponse },
+  headers: Record<string, string>,
+  events: string[],
+  d: Pick<Directives, 'delayMs' | 'resetAfter' | 'streamErrorAfter'>,
+  errorEvent: string,
+): Promise<void> {
+  startSse(call.res, headers);
+  await runSse(call.req, call.res, { events, delayMs: d.delayMs, resetAfter: d.resetAfter, streamErrorAfter: d.streamErrorAfter, errorEvent });
+}
+
+/**
+ * What a simulator answers when its own code throws: a 500 in its provider's envelope while nothing has been sent,
+ * else the connection is cut (a half-sent answer cannot be repaired).
+ */
+export function simulatorBug(errorBody: (status: number, message: string) => unknown): (call: IncomingCall, err: unknown) => void {
+  return ({ res }, err) => {
+    if (!res.headersSent) sendJson(res, 500, errorBody(500, `Simulated upstream bug: ${String(err)}`));
+    else res.destroy();
+  };
+}
