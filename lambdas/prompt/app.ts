@@ -83,9 +83,17 @@ async function handlePrompt(req: Request): Promise<Response> {
 
   const body = new ReadableStream<Uint8Array>({
     async start(controller) {
+      // After the client has gone (cancel), enqueue and close throw: there is no one left to tell.
       const send = (text: string) => {
         try {
           controller.enqueue(encoder.encode(text));
+        } catch {
+          // the client has gone
+        }
+      };
+      const close = () => {
+        try {
+          controller.close();
         } catch {
           // the client has gone
         }
@@ -97,16 +105,12 @@ async function handlePrompt(req: Request): Promise<Response> {
           send(sseMessage(result));
           send(`event: done\ndata: ${JSON.stringify({ sessionId })}\n\n`);
         } else send(JSON.stringify({ result, messages: [...jsonMessages(events), result], sessionId }));
-        controller.close();
+        close();
       } catch (err) {
         logger.error('prompt run failed', { error: err as Error, sessionId });
         if (sse) send(sseMessage({ type: 'error', error: 'internal_error', message: 'The gateway failed during the run' }));
         else send(JSON.stringify({ error: 'internal_error', message: 'The gateway failed during the run' }));
-        try {
-          controller.close();
-        } catch {
-          // already cancelled
-        }
+        close();
       }
     },
     // The client went away: the run stops (the model call in flight is charged for what was produced).

@@ -355,4 +355,18 @@ describe('a client that leaves', () => {
     expect(await liveLeases(gw.developerId)).toEqual([]);
     await expect.poll(() => gw.upstreams.anthropic!.requests.at(-1)?.outcome, { timeout: 5_000 }).toBe('client_closed');
   });
+
+  it('at any moment of a JSON run (admission, model call, tool): the process stays up, nothing is left held', async () => {
+    for (const waitMs of [5, 150, 600]) {
+      const u = await user();
+      const abort = new AbortController();
+      const pending = prompt({ message: 'Slow [[1> tool:get_weather {"city":"Rome"}]] [[latency:300]]', options: { token: u.token, model: MODEL, tools: [weather()] } }, { signal: abort.signal });
+      setTimeout(() => abort.abort(), waitMs);
+      await pending.then((res) => res.text()).catch(() => undefined);
+      await expect.poll(async () => (await u.usage()).reserved, { timeout: 8_000, interval: 100 }).toEqual({ ai: 0, compute: 0 });
+      expect((await u.usage()).openHolds).toBe(0);
+      await expect.poll(async () => liveLeases(gw.developerId), { timeout: 3_000, interval: 50 }).toEqual([]);
+    }
+    expect((await fetch(`${gw.url}/health`)).status).toBe(200);
+  });
 });
