@@ -25,17 +25,24 @@ const HttpTool = z.strictObject({
  */
 const ServerTool = z.looseObject({ type: z.string().regex(/^[a-z_]+_\d{8}$/, 'a server tool names its versioned type, e.g. "web_search_20250305"'), name: z.string() });
 
+/**
+ * Parses `value` with `schema` inside a transform, reporting the schema's own issues (with their paths) as the
+ * transform's: the option schemas pick a shape by looking at the value first, to say precisely what is wrong.
+ */
+function parseWithin<S extends z.ZodType>(schema: S, value: unknown, ctx: z.RefinementCtx): z.infer<S> {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  for (const issue of parsed.error.issues) ctx.addIssue({ ...issue, code: 'custom', message: issue.message });
+  return z.NEVER;
+}
+
 const Tool = z.unknown().transform((value, ctx): z.infer<typeof HttpTool> | z.infer<typeof ServerTool> => {
   const tool = value as Record<string, unknown> | null;
   if (!tool || typeof tool !== 'object' || Array.isArray(tool)) {
     ctx.addIssue({ code: 'custom', message: 'each tool must be an object' });
     return z.NEVER;
   }
-  if (typeof tool.type === 'string' && !('url' in tool)) {
-    const parsed = ServerTool.safeParse(tool);
-    if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue, code: 'custom', message: issue.message });
-    return parsed.success ? parsed.data : z.NEVER;
-  }
+  if (typeof tool.type === 'string' && !('url' in tool)) return parseWithin(ServerTool, tool, ctx);
   if (!('url' in tool)) {
     ctx.addIssue({
       code: 'custom',
@@ -43,9 +50,13 @@ const Tool = z.unknown().transform((value, ctx): z.infer<typeof HttpTool> | z.in
     });
     return z.NEVER;
   }
-  const parsed = HttpTool.safeParse(tool);
-  if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue, code: 'custom', message: issue.message, path: issue.path });
-  return parsed.success ? parsed.data : z.NEVER;
+  return parseWithin(HttpTool, tool, ctx);
+});
+
+const RemoteMcpServer = z.strictObject({
+  type: z.enum(['http', 'sse'], { error: 'type must be "http" or "sse"' }),
+  url: z.string({ error: 'url must be a string' }).url('url must be an absolute http(s) URL'),
+  headers: Headers.optional(),
 });
 
 const McpServer = z.unknown().transform((value, ctx) => {
@@ -59,15 +70,7 @@ const McpServer = z.unknown().transform((value, ctx) => {
     ctx.addIssue({ code: 'custom', message: 'stdio MCP servers (a "command" to run) are not supported: nothing is spawned in the gateway; give a remote server {type: "http" | "sse", url}' });
     return z.NEVER;
   }
-  const parsed = z
-    .strictObject({
-      type: z.enum(['http', 'sse'], { error: 'type must be "http" or "sse"' }),
-      url: z.string({ error: 'url must be a string' }).url('url must be an absolute http(s) URL'),
-      headers: Headers.optional(),
-    })
-    .safeParse(server);
-  if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue, code: 'custom', message: issue.message });
-  return parsed.success ? parsed.data : z.NEVER;
+  return parseWithin(RemoteMcpServer, server, ctx);
 });
 
 export const RunOptions = z.strictObject({

@@ -67,9 +67,12 @@ function leasesOf(item: StoredItem | undefined): [string, StoredLease][] {
   return Object.entries((item?.leases ?? {}) as Record<string, StoredLease>);
 }
 
+/** A lease stops counting the moment its expiry is reached. */
+const expired = (lease: StoredLease, now: Date) => lease.expiresAt <= now.getTime();
+
 function liveOf(item: StoredItem | undefined, now: Date): LiveLease[] {
   return leasesOf(item)
-    .filter(([, l]) => l.expiresAt > now.getTime())
+    .filter(([, l]) => !expired(l, now))
     .sort(([, a], [, b]) => a.startedAt - b.startedAt)
     .map(([, l]) => ({ sessionId: l.sessionId, userId: l.userId, ageMs: Math.max(0, now.getTime() - l.startedAt) }));
 }
@@ -107,7 +110,7 @@ export async function acquireLease(developerId: string, holder: LeaseHolder, max
       continue;
     }
     // Expired leases are swept only when they stand in the way: the hot path stays one write.
-    if (!swept && leasesOf(out.seen).some(([, l]) => l.expiresAt <= now.getTime())) {
+    if (!swept && leasesOf(out.seen).some(([, l]) => expired(l, now))) {
       swept = true;
       await sweepExpired(developerId, out.seen, now);
       continue;
@@ -124,18 +127,23 @@ export async function acquireLease(developerId: string, holder: LeaseHolder, max
  */
 async function sweepExpired(developerId: string, item: StoredItem | undefined, now: Date): Promise<number> {
   let removed = 0;
-  for (const [id] of leasesOf(item).filter(([, l]) => l.expiresAt <= now.getTime())) {
-    const out = await conditionalUpdate({
-      TableName: table(),
-      Key: keyOf(developerId),
-      UpdateExpression: 'REMOVE leases.#id ADD held :minusOne',
-      ConditionExpression: 'attribute_exists(leases.#id) AND leases.#id.expiresAt <= :now',
-      ExpressionAttributeNames: { '#id': id },
-      ExpressionAttributeValues: { ':minusOne': -1, ':now': now.getTime() },
-    });
-    if (out.ok) removed++;
+  for (const [id] of leasesOf(item).filter(([, l]) => expired(l, now))) {
+    if (await removeLease(developerId, id, 'leases.#id.expiresAt <= :now', { ':now': now.getTime() })) removed++;
   }
   return removed;
+}
+
+/** Removes one lease (and its count) if it exists and `condition` holds of it; true when this call removed it. */
+async function removeLease(developerId: string, leaseId: string, condition: string, values: Record<string, unknown>): Promise<boolean> {
+  const out = await conditionalUpdate({
+    TableName: table(),
+    Key: keyOf(developerId),
+    UpdateExpression: 'REMOVE leases.#id ADD held :minusOne',
+    ConditionExpression: `attribute_exists(leases.#id) AND ${condition}`,
+    ExpressionAttributeNames: { '#id': leaseId },
+    ExpressionAttributeValues: { ':minusOne': -1, ...values },
+  });
+  return out.ok;
 }
 
 export type RenewResult = { ok: true; lease: Lease } | { ok: false; reason: 'expired' | 'not_held' };
@@ -158,15 +166,7 @@ export async function renewLease(lease: Lease, now = new Date()): Promise<RenewR
 
 /** Gives the lease back. Releasing twice, or after the lease expired and was swept, changes nothing. */
 export async function releaseLease(lease: Lease): Promise<{ released: boolean }> {
-  const out = await conditionalUpdate({
-    TableName: table(),
-    Key: keyOf(lease.developerId),
-    UpdateExpression: 'REMOVE leases.#id ADD held :minusOne',
-    ConditionExpression: 'attribute_exists(leases.#id) AND leases.#id.sessionId = :session',
-    ExpressionAttributeNames: { '#id': lease.leaseId },
-    ExpressionAttributeValues: { ':minusOne': -1, ':session': lease.sessionId },
-  });
-  return { released: out.ok };
+  return { released: await removeLease(lease.developerId, lease.leaseId, 'leases.#id.sessionId = :session', { ':session': lease.sessionId }) };
 }
 
 /** The developer's live leases, oldest first (for the 429 body and `developer show`). */

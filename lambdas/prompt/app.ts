@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { authenticate } from '../auth/authenticate.ts';
 import { settle } from '../budgets/ledger.ts';
 import { MAX_INVOCATION_SECONDS } from '../config/env.ts';
-import { runAgent, type RunEvent, type RunResult } from '../agent/run.ts';
+import { runAgent, type RunEvent } from '../agent/run.ts';
 import { isHttpTool, PromptBody } from '../agent/options.ts';
 import { schemaProblem } from '../agent/structured-output.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
@@ -17,6 +17,7 @@ import { describeIssue } from '../proxy/schema.ts';
 import { CONJURE_ENVELOPE } from '../refusals/conjure.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { routeModel } from '../routing/route.ts';
+import { encodeSse } from '../streaming/sse.ts';
 import { env } from '../config/env.ts';
 
 /**
@@ -59,8 +60,7 @@ async function handlePrompt(req: Request): Promise<Response> {
   const abort = new AbortController();
   const heartbeat = keepLeaseAlive(lease);
   const sse = (req.headers.get('accept') ?? '').includes('text/event-stream');
-  const encoder = new TextEncoder();
-  let push: ((chunk: string) => void) | undefined;
+  let push: ((chunk: Uint8Array) => void) | undefined;
 
   // The run, and after it what it leaves behind — the lease, the compute — tracked so the invocation waits for both.
   const run = track(
@@ -72,7 +72,7 @@ async function handlePrompt(req: Request): Promise<Response> {
           options: { ...options, model },
           deadline: started + compute!.seconds * 1000,
           signal: abort.signal,
-          onEvent: (event) => push?.(sseMessage(event)),
+          onEvent: (event) => push?.(encodeSse('message', event)),
         });
       } finally {
         heartbeat.stop();
@@ -84,9 +84,9 @@ async function handlePrompt(req: Request): Promise<Response> {
   const body = new ReadableStream<Uint8Array>({
     async start(controller) {
       // After the client has gone (cancel), enqueue and close throw: there is no one left to tell.
-      const send = (text: string) => {
+      const send = (chunk: Uint8Array) => {
         try {
-          controller.enqueue(encoder.encode(text));
+          controller.enqueue(chunk);
         } catch {
           // the client has gone
         }
@@ -102,14 +102,14 @@ async function handlePrompt(req: Request): Promise<Response> {
       try {
         const { result, events } = await run;
         if (sse) {
-          send(sseMessage(result));
-          send(`event: done\ndata: ${JSON.stringify({ sessionId })}\n\n`);
-        } else send(JSON.stringify({ result, messages: [...jsonMessages(events), result], sessionId }));
+          send(encodeSse('message', result));
+          send(encodeSse('done', { sessionId }));
+        } else send(encodeJson({ result, messages: [...jsonMessages(events), result], sessionId }));
         close();
       } catch (err) {
         logger.error('prompt run failed', { error: err as Error, sessionId });
-        if (sse) send(sseMessage({ type: 'error', error: 'internal_error', message: 'The gateway failed during the run' }));
-        else send(JSON.stringify({ error: 'internal_error', message: 'The gateway failed during the run' }));
+        const failure = { type: 'error', error: 'internal_error', message: 'The gateway failed during the run' };
+        send(sse ? encodeSse('message', failure) : encodeJson({ error: failure.error, message: failure.message }));
         close();
       }
     },
@@ -124,10 +124,7 @@ async function handlePrompt(req: Request): Promise<Response> {
   return new Response(body, { headers });
 }
 
-/** One SSE `message` event. */
-function sseMessage(data: RunEvent | RunResult | Record<string, unknown>): string {
-  return `event: message\ndata: ${JSON.stringify(data)}\n\n`;
-}
+const encodeJson = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
 
 /** The run's events for the JSON answer: the text chunks of one turn joined into one assistant message. */
 function jsonMessages(events: RunEvent[]): RunEvent[] {

@@ -1,8 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
@@ -13,6 +11,7 @@ import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { SseDecoder } from '../../lambdas/streaming/sse.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { streamableMcpHandler } from '../support/mcp.ts';
 
 /**
  * POST /prompt against the local runtime, the simulated upstreams (scripted conversations: `[[N> …]]` applies on turn
@@ -61,23 +60,15 @@ async function toolServer() {
 }
 
 /** The MCP SDK's own server over Streamable HTTP, with two tools: add, and secret (never to be offered). */
-async function mcpServer() {
-  const sessions = new Map<string, StreamableHTTPServerTransport>();
-  return listen((req, res) => {
-    const id = req.headers['mcp-session-id'];
-    let transport = typeof id === 'string' ? sessions.get(id) : undefined;
-    void (async () => {
-      if (!transport) {
-        const created = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (sid) => void sessions.set(sid, created) });
-        transport = created;
-        const server = new McpServer({ name: 'calc', version: '1.0.0' });
-        server.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => ({ content: [{ type: 'text', text: String(a + b) }] }));
-        server.registerTool('secret', { description: 'Never offered' }, async () => ({ content: [{ type: 'text', text: 'leaked' }] }));
-        await server.connect(created);
-      }
-      await transport.handleRequest(req, res);
-    })().catch(() => res.headersSent || res.writeHead(500).end());
-  });
+function mcpServer() {
+  return listen(
+    streamableMcpHandler(() => {
+      const server = new McpServer({ name: 'calc', version: '1.0.0' });
+      server.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => ({ content: [{ type: 'text', text: String(a + b) }] }));
+      server.registerTool('secret', { description: 'Never offered' }, async () => ({ content: [{ type: 'text', text: 'leaked' }] }));
+      return server;
+    }),
+  );
 }
 
 async function user(budget: Partial<BudgetClaim> = {}, projectSecret?: { projectId: string; secret: string }) {

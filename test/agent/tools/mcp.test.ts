@@ -1,15 +1,14 @@
-import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { connectMcpServers, type McpConnection, type McpServerSpec } from '../../../lambdas/agent/tools/mcp.ts';
 import { resetInstanceState } from '../../../lambdas/instance/state.ts';
+import { streamableMcpHandler } from '../../support/mcp.ts';
 
 /**
  * connectMcpServers against the SDK's own servers, started here on 127.0.0.1 (loopback let through by
@@ -70,23 +69,7 @@ function calcServer(): McpServer {
 }
 
 async function streamableServer(): Promise<TestServer> {
-  const sessions = new Map<string, StreamableHTTPServerTransport>();
-  return listen((req, res) => {
-    const id = req.headers['mcp-session-id'];
-    let transport = typeof id === 'string' ? sessions.get(id) : undefined;
-    void (async () => {
-      if (!transport) {
-        const created = new StreamableHTTPServerTransport({
-          sessionIdGenerator: () => randomUUID(),
-          onsessioninitialized: (sid) => void sessions.set(sid, created),
-          onsessionclosed: (sid) => void sessions.delete(sid),
-        });
-        transport = created;
-        await calcServer().connect(created);
-      }
-      await transport.handleRequest(req, res);
-    })().catch(() => res.headersSent || res.writeHead(500).end());
-  }, '/mcp');
+  return listen(streamableMcpHandler(calcServer), '/mcp');
 }
 
 /** The SSE server: a low-level Server, so its tool list can come in pages (nextCursor) and carry a name the model would refuse. */
