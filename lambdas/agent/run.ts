@@ -77,7 +77,13 @@ export async function runAgent(given: RunInput): Promise<{ result: RunResult; ev
   const timer = setTimeout(() => timeUp.abort(), Math.max(0, given.deadline - started));
   const input: RunInput = { ...given, signal: AbortSignal.any([given.signal, timeUp.signal]) };
   const stopped = () => (timeUp.signal.aborted ? ('error_max_duration' as const) : ('error_during_execution' as const));
-  const stopReason = () => (timeUp.signal.aborted ? "The run reached its time limit (the user's remaining compute seconds)" : 'The run was stopped: the client went away');
+  // Whoever stops a run may say why by aborting with a string (a vessel's cancel); a bare abort is a client gone.
+  const stopReason = () =>
+    timeUp.signal.aborted
+      ? "The run reached its time limit (the user's remaining compute seconds)"
+      : typeof given.signal.reason === 'string'
+        ? given.signal.reason
+        : 'The run was stopped: the client went away';
   const { options } = input;
   const model = options.model ?? env().DEFAULT_MODEL;
   const maxTurns = options.maxTurns ?? DEFAULT_MAX_TURNS;

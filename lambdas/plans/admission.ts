@@ -1,8 +1,9 @@
 import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
-import { budgetFigures, readUsage, reserve, secondsToReset, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
+import { budgetFigures, readUsage, reserve, secondsToReset, settle, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { cachedProject } from '../registry/project-cache.ts';
+import type { Developer } from '../registry/model.ts';
 import { getDeveloper } from '../registry/registry.ts';
 import { developerAllowance, developerComputeUsed, type DeveloperAllowance } from './compute.ts';
 import { acquireLease, releaseLease, type Lease, type LiveLease, type RunKind } from './leases.ts';
@@ -24,13 +25,9 @@ export type RunAdmission =
   | { ok: false; refusal: Refusal };
 
 export async function admitRun(caller: Caller, run: { sessionId: string; kind: RunKind; maxSeconds?: number }, now = new Date()): Promise<RunAdmission> {
-  const project = await cachedProject(caller.projectId);
-  if (!project) return { ok: false, refusal: unknownIssuer().refusal };
-  const [developer, used] = await Promise.all([getDeveloper(project.developerId), developerComputeUsed(project.developerId, now)]);
-  // A project always names an existing developer (the registry refuses otherwise): a missing one is broken data.
-  if (!developer) throw new Error(`Developer ${project.developerId} of project ${project.projectId} does not exist`);
-  const allowance = developerAllowance(developer, used);
-  if (!allowance.allowed) return { ok: false, refusal: developerBudgetRefusal(allowance) };
+  const plan = await developerPlan(caller, now);
+  if (!plan.ok) return plan;
+  const { developer } = plan;
   const tier = tierFor(developer.planSeconds);
   const holder = { sessionId: run.sessionId, kind: run.kind, userId: caller.userId, projectId: caller.projectId };
   const acquired = await acquireLease(developer.developerId, holder, tier.maxConcurrency, now);
@@ -42,6 +39,26 @@ export async function admitRun(caller: Caller, run: { sessionId: string; kind: R
     return { ok: false, refusal: compute };
   }
   return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId, compute };
+}
+
+/**
+ * Step 1 alone: the caller's project and its developer, refused when the developer's month of compute is spent.
+ * `/incubate` checks it at enqueue (a vessel that could not run is refused at once, with the same 402).
+ */
+export async function developerPlan(caller: Caller, now = new Date()): Promise<{ ok: true; developer: Developer } | { ok: false; refusal: Refusal }> {
+  const project = await cachedProject(caller.projectId);
+  if (!project) return { ok: false, refusal: unknownIssuer().refusal };
+  const [developer, used] = await Promise.all([getDeveloper(project.developerId), developerComputeUsed(project.developerId, now)]);
+  // A project always names an existing developer (the registry refuses otherwise): a missing one is broken data.
+  if (!developer) throw new Error(`Developer ${project.developerId} of project ${project.projectId} does not exist`);
+  const allowance = developerAllowance(developer, used);
+  if (!allowance.allowed) return { ok: false, refusal: developerBudgetRefusal(allowance) };
+  return { ok: true, developer };
+}
+
+/** Gives back what an admission took, for a run that will not start after all: the lease and the compute hold. */
+export async function withdrawAdmission(admission: Extract<RunAdmission, { ok: true }>): Promise<void> {
+  await Promise.all([releaseLease(admission.lease), admission.compute ? settle(admission.compute.reservation, { ai: 0, compute: 0 }) : undefined]);
 }
 
 /**

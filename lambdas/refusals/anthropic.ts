@@ -34,6 +34,11 @@ const TYPES: Record<Exclude<Refusal['kind'], 'upstream'>, AnthropicErrorType> = 
   concurrent_limit_reached: 'rate_limit_error',
   developer_budget_exhausted: 'billing_error',
   cost_cap_reached: 'billing_error',
+  missing_idempotency_key: 'invalid_request_error',
+  idempotency_key_conflict: 'invalid_request_error',
+  vessel_not_found: 'not_found_error',
+  vessel_not_cancelable: 'invalid_request_error',
+  trigger_failed: 'api_error',
 };
 
 function retryHeaders(refusal: Refusal): Record<string, string> {

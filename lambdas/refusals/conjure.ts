@@ -30,6 +30,8 @@ export function conjureRefusal(refusal: Refusal): Response {
       return conjureResponse(status, { error: 'upstream_error', message: messageOf(refusal) });
     case 'method_not_allowed':
       return conjureResponse(status, { error: refusal.kind, message: refusal.message }, refusal.allow.length ? { allow: refusal.allow.join(', ') } : {});
+    case 'vessel_not_cancelable':
+      return conjureResponse(status, { error: refusal.kind, status: refusal.status, message: refusal.message });
     default:
       return conjureResponse(status, { error: refusal.kind, message: refusal.message });
   }

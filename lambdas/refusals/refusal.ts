@@ -33,7 +33,17 @@ export type Refusal =
   /** The developer holds every concurrent run the tier allows (the interface's 429). */
   | { kind: 'concurrent_limit_reached'; active: number; max: number; sessions: LiveSession[] }
   /** The provider refused or failed before any answer; the status and Anthropic-envelope body it maps to. */
-  | { kind: 'upstream'; status: number; body: AnthropicErrorBody };
+  | { kind: 'upstream'; status: number; body: AnthropicErrorBody }
+  /** An /incubate request without its idempotency key (docs/incubate.md, "Idempotency"). */
+  | { kind: 'missing_idempotency_key'; message: string }
+  /** The idempotency key was used before, with another body. */
+  | { kind: 'idempotency_key_conflict'; message: string }
+  /** No vessel with that id for this caller: absent, or someone else's (the two are not told apart). */
+  | { kind: 'vessel_not_found'; message: string }
+  /** Cancel of a vessel that has already ended; `status` is its final status. */
+  | { kind: 'vessel_not_cancelable'; status: string; message: string }
+  /** The run queue or the scheduler could not take the vessel; nothing was kept. */
+  | { kind: 'trigger_failed'; message: string };
 
 export type RefusalKind = Refusal['kind'];
 export type TokenRefusalCode = 'token_missing' | 'token_malformed' | 'token_expired' | 'token_invalid';
@@ -72,6 +82,7 @@ export function refuse(refusal: Refusal): never {
 export function statusOf(refusal: Refusal): number {
   switch (refusal.kind) {
     case 'invalid_request':
+    case 'missing_idempotency_key':
     case 'unpriced_model':
     case 'missing_provider_key':
       return 400;
@@ -81,15 +92,21 @@ export function statusOf(refusal: Refusal): number {
     case 'cost_cap_reached':
       return 402;
     case 'not_found':
+    case 'vessel_not_found':
       return 404;
     case 'method_not_allowed':
       return 405;
+    case 'idempotency_key_conflict':
+    case 'vessel_not_cancelable':
+      return 409;
     case 'request_too_large':
       return 413;
     case 'budget_exhausted':
     case 'budget_held':
     case 'concurrent_limit_reached':
       return 429;
+    case 'trigger_failed':
+      return 503;
     case 'upstream':
       return refusal.status;
   }

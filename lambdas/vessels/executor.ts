@@ -1,2 +1,156 @@
-/** Placeholder while the vessel domain is written. */
-export async function processRunMessage(_body: unknown): Promise<void> {}
+import { setTimeout as sleep } from 'node:timers/promises';
+import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
+import type { RunResult } from '../agent/run.ts';
+import { logger } from '../observability/logger.ts';
+import { admitRun, withdrawAdmission, type RunAdmission } from '../plans/admission.ts';
+import { LEASE_TTL_MS } from '../plans/leases.ts';
+import { messageOf } from '../refusals/anthropic.ts';
+import type { Refusal } from '../refusals/refusal.ts';
+import { endVessel } from './end.ts';
+import { endedWithoutRun, runOutput, type StoredVessel } from './record.ts';
+import { isWaiting } from './states.ts';
+import { getVessel, moveVessel } from './store.ts';
+import { RunMessage, sendRunMessage } from './trigger.ts';
+import { watchExecution } from './watch.ts';
+
+/**
+ * The run queue's consumer (docs/incubate.md, "Execution"). A message only says "look at vessel X"; the table says
+ * what to do:
+ * - gone, ended, already executing, or a stale trigger → nothing (a duplicate delivery never runs a vessel twice);
+ * - early → put back with the remaining delay (a second or less is waited out here);
+ * - due → the admission step (plan, lease, the user's budget): no room → QUEUED, and the message comes back after a
+ *   growing, jittered back-off (a new message, so waiting never counts as a failed receive); a spent budget → FAILED;
+ * - admitted → one conditional move to EXECUTING, then the /prompt agent runtime under the admission, watched for a
+ *   cancel; the end is one conditional move to COMPLETED, FAILED or CANCELED (only by this execution).
+ */
+
+/** An early message closer than this to its time is waited out in the executor instead of being put back. */
+const WAIT_OUT_MS = 1_500;
+/** Capacity back-off: 1 s, doubling per wait, at most 30 s, jittered between half and all of it. */
+const BACKOFF_MAX_SECONDS = 30;
+/** Tries at writing a run's end before the message is failed (and the reconciler takes over). */
+const END_WRITE_ATTEMPTS = 4;
+
+export function capacityBackoffSeconds(waits: number, random = Math.random()): number {
+  const base = Math.min(BACKOFF_MAX_SECONDS, 2 ** Math.min(waits, 10));
+  return Math.max(1, Math.ceil(base / 2 + (random * base) / 2));
+}
+
+export async function processRunMessage(body: unknown): Promise<void> {
+  const parsed = RunMessage.safeParse(body);
+  if (!parsed.success) {
+    // Not a trigger this consumer understands: retrying would not change it.
+    logger.warn('run message dropped: not a vessel trigger');
+    return;
+  }
+  const message = parsed.data;
+  const vessel = await getVessel(message.vesselId);
+  if (!vessel || vessel.driveId !== message.driveId || !isWaiting(vessel.status)) return;
+
+  const early = vessel.scheduledFor - Date.now();
+  if (early > WAIT_OUT_MS) {
+    await sendRunMessage(message, early / 1000);
+    return;
+  }
+  if (early > 0) await sleep(early);
+
+  const now = new Date();
+  const admission = await admitRun(vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, now);
+  if (!admission.ok) return refused(vessel, message, admission.refusal, now);
+
+  const start = await moveVessel(vessel.vesselId, {
+    to: 'EXECUTING',
+    from: ['PENDING', 'QUEUED'],
+    when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } },
+    set: {
+      runId: admission.lease.leaseId,
+      startedAt: vessel.startedAt ?? now.getTime(),
+      attempts: vessel.attempts + 1,
+      reconcileAt: now.getTime() + LEASE_TTL_MS,
+    },
+    now,
+  });
+  if (!start.ok) {
+    // Canceled, or started by another delivery, between the read and the move.
+    await withdrawAdmission(admission);
+    return;
+  }
+  await execute(start.vessel, admission, now.getTime());
+}
+
+/** No room, or no budget: wait for capacity, or end the vessel with the reason. */
+async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refusal, now: Date): Promise<void> {
+  if (refusal.kind === 'concurrent_limit_reached') {
+    if (vessel.status === 'PENDING') {
+      await moveVessel(vessel.vesselId, { to: 'QUEUED', from: 'PENDING', when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } }, now });
+    }
+    const waits = (message.waits ?? 0) + 1;
+    await sendRunMessage({ ...message, waits }, capacityBackoffSeconds(waits));
+    return;
+  }
+  const subtype =
+    refusal.kind === 'budget_exhausted' || refusal.kind === 'budget_held'
+      ? 'error_user_budget_exhausted'
+      : refusal.kind === 'developer_budget_exhausted'
+        ? 'error_developer_budget_exhausted'
+        : 'error_during_execution';
+  const text =
+    refusal.kind === 'token'
+      ? 'The vessel could not run: its project no longer exists'
+      : `The vessel could not run: ${messageOf(refusal)}`;
+  await endVessel(vessel, {
+    to: 'FAILED',
+    from: ['PENDING', 'QUEUED'],
+    when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } },
+    output: endedWithoutRun(subtype, text),
+    now,
+  });
+}
+
+/** Runs an EXECUTING vessel to its end, under its admission, watched for a cancel. */
+async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { ok: true }>, started: number): Promise<void> {
+  const runId = admission.lease.leaseId;
+  const abort = new AbortController();
+  const watch = watchExecution(vessel.vesselId, runId, abort);
+  let leaseLost = false;
+  let result: RunResult | undefined;
+  try {
+    ({ result } = await runAdmitted({
+      caller: vessel.caller,
+      admission,
+      message: vessel.message,
+      options: vessel.options,
+      started,
+      signal: abort.signal,
+      onLeaseLost: () => {
+        leaseLost = true;
+        abort.abort('The run lost its concurrency lease (the executor stalled)');
+      },
+    }));
+  } catch (err) {
+    logger.error('vessel run failed', { vesselId: vessel.vesselId, error: err as Error });
+  } finally {
+    watch.stop();
+  }
+  // Another execution owns the vessel now, or this one lost its lease: the end is not this execution's to write. A
+  // vessel left EXECUTING stops being renewed, so the reconciler retries it once its lease has lapsed.
+  if (watch.takenOver() || leaseLost) return;
+  const canceled = watch.canceled();
+  const output = result ? runOutput(result, canceled) : endedWithoutRun('error_during_execution', 'The gateway failed during the run');
+  const to = canceled ? 'CANCELED' : output.success ? 'COMPLETED' : 'FAILED';
+  // The run has been paid for: its end is written even through a store hiccup, or the reconciler would run it again.
+  const end = () => endVessel(vessel, { to, from: 'EXECUTING', when: { expression: 'runId = :run', values: { ':run': runId } }, output, now: new Date() });
+  let ended: Awaited<ReturnType<typeof end>>;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      ended = await end();
+      break;
+    } catch (err) {
+      if (attempt >= END_WRITE_ATTEMPTS) throw err;
+      logger.warn('writing a vessel\'s end failed; retrying', { vesselId: vessel.vesselId, error: err as Error });
+      await sleep(250 * 2 ** attempt);
+    }
+  }
+  if (!ended) logger.warn('vessel end not written: the vessel moved meanwhile', { vesselId: vessel.vesselId, runId });
+}
+

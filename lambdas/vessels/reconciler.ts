@@ -1,4 +1,120 @@
-/** Placeholder while the vessel domain is written. */
-export async function reconcileVessels(_now = new Date()): Promise<{ redriven: number; retried: number; failed: number }> {
-  return { redriven: 0, retried: 0, failed: 0 };
+import { randomUUID } from 'node:crypto';
+import { QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { env } from '../config/env.ts';
+import { logger } from '../observability/logger.ts';
+import { VESSELS_RECONCILE_INDEX } from '../store/tables.ts';
+import { documentClient } from '../store/dynamo.ts';
+import { endVessel, handOff } from './end.ts';
+import { endedWithoutRun, type StoredVessel } from './record.ts';
+import { isWaiting, VesselStates } from './states.ts';
+import { moveVessel, RECONCILE_SHARDS, touchVessel } from './store.ts';
+import { delayUntil, sendRunMessage } from './trigger.ts';
+
+/**
+ * The table is the source of truth, the queue only a trigger (DESIGN §6): every vessel that still needs watching
+ * sits in the table's `reconcile` index with the moment it should have moved by (`reconcileAt`). Each minute in AWS
+ * (and at start-up and periodically in the local runtime) the reconciler takes the ones whose moment has passed:
+ * - waiting (PENDING/QUEUED) and due, yet not started: its trigger was lost (a message dropped, a schedule that never
+ *   fired, a crashed local runtime) → re-driven with a new trigger, which makes any old message stale;
+ * - EXECUTING whose execution stopped renewing it (its executor died): retried as QUEUED while attempts remain,
+ *   else FAILED; canceled if a cancel was waiting for it;
+ * - ended with a callback not yet handed to the webhook queue → handed off.
+ * Every action is a conditional write on what was read, so a vessel that moved meanwhile is left alone.
+ */
+
+/** Executions a vessel may start before an executor death fails it instead of retrying. */
+export const MAX_ATTEMPTS = 3;
+const CONCURRENCY = 8;
+/** One invocation handles at most this many vessels per shard; the rest are next minute's. */
+const PAGE_LIMIT = 500;
+
+export interface ReconcileReport {
+  redriven: number;
+  retried: number;
+  failed: number;
+  canceled: number;
+  handedOff: number;
+}
+
+export async function reconcileVessels(now = new Date()): Promise<ReconcileReport> {
+  const report: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0 };
+  for (let shard = 0; shard < RECONCILE_SHARDS; shard++) {
+    const due = await dueIn(String(shard), now);
+    for (let i = 0; i < due.length; i += CONCURRENCY) {
+      await Promise.all(
+        due.slice(i, i + CONCURRENCY).map(async (v) => {
+          try {
+            const action = await reconcileOne(v, now);
+            if (action) report[action]++;
+          } catch (err) {
+            logger.error('reconciling a vessel failed; next round retries', { vesselId: v.vesselId, error: err as Error });
+          }
+        }),
+      );
+    }
+  }
+  if (Object.values(report).some((n) => n > 0)) logger.info('vessels reconciled', { ...report });
+  return report;
+}
+
+async function dueIn(shard: string, now: Date): Promise<StoredVessel[]> {
+  const found: StoredVessel[] = [];
+  let start: Record<string, unknown> | undefined;
+  do {
+    const out = await documentClient().send(
+      new QueryCommand({
+        TableName: env().VESSELS_TABLE,
+        IndexName: VESSELS_RECONCILE_INDEX,
+        KeyConditionExpression: 'reconcileShard = :shard AND reconcileAt <= :now',
+        ExpressionAttributeValues: { ':shard': shard, ':now': now.getTime() },
+        ExclusiveStartKey: start,
+        Limit: PAGE_LIMIT - found.length,
+      }),
+    );
+    found.push(...((out.Items ?? []) as StoredVessel[]));
+    start = out.LastEvaluatedKey;
+  } while (start && found.length < PAGE_LIMIT);
+  return found;
+}
+
+type Action = keyof ReconcileReport;
+
+async function reconcileOne(v: StoredVessel, now: Date): Promise<Action | undefined> {
+  const late = { expression: 'reconcileAt <= :now', values: { ':now': now.getTime() } };
+  const nextLook = now.getTime() + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000;
+
+  if (VesselStates.isTerminal(v.status)) {
+    await handOff(v);
+    return 'handedOff';
+  }
+
+  if (isWaiting(v.status)) {
+    const driveId = randomUUID();
+    const moved = await touchVessel(v.vesselId, {
+      status: v.status,
+      when: { expression: `driveId = :drive AND ${late.expression}`, values: { ':drive': v.driveId, ...late.values } },
+      set: { driveId, reconcileAt: Math.max(nextLook, v.scheduledFor + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000) },
+      now,
+    });
+    if (!moved.ok) return undefined;
+    await sendRunMessage({ vesselId: v.vesselId, driveId }, delayUntil(v.scheduledFor, now));
+    return 'redriven';
+  }
+
+  // EXECUTING, and its execution has not renewed it in time: the executor is gone.
+  const ownedBy = { expression: `runId = :run AND ${late.expression}`, values: { ':run': v.runId, ...late.values } };
+  if (v.cancelRequested) {
+    const ended = await endVessel(v, { to: 'CANCELED', from: 'EXECUTING', when: ownedBy, output: endedWithoutRun('canceled', 'The vessel was canceled while it ran'), now });
+    return ended ? 'canceled' : undefined;
+  }
+  if (v.attempts >= MAX_ATTEMPTS) {
+    const text = `The run was interrupted ${v.attempts} times (its executor stopped before it ended); the vessel is not retried again`;
+    const ended = await endVessel(v, { to: 'FAILED', from: 'EXECUTING', when: ownedBy, output: endedWithoutRun('error_during_execution', text), now });
+    return ended ? 'failed' : undefined;
+  }
+  const driveId = randomUUID();
+  const retried = await moveVessel(v.vesselId, { to: 'QUEUED', from: 'EXECUTING', when: ownedBy, set: { driveId, reconcileAt: nextLook }, remove: ['runId'], now });
+  if (!retried.ok) return undefined;
+  await sendRunMessage({ vesselId: v.vesselId, driveId });
+  return 'retried';
 }

@@ -1,0 +1,90 @@
+import type { Caller } from '../auth/claims.ts';
+import { settle, type Reservation } from '../budgets/ledger.ts';
+import { env, MAX_INVOCATION_SECONDS } from '../config/env.ts';
+import { logger } from '../observability/logger.ts';
+import type { RunAdmission } from '../plans/admission.ts';
+import { addDeveloperCompute } from '../plans/compute.ts';
+import { keepLeaseAlive, releaseLease } from '../plans/leases.ts';
+import { Refused } from '../refusals/refusal.ts';
+import { routeModel } from '../routing/route.ts';
+import { isHttpTool, type RunOptions } from './options.ts';
+import { runAgent, type RunEvent, type RunResult } from './run.ts';
+import { schemaProblem } from './structured-output.ts';
+
+/**
+ * One agent run under an admission (plans/admission.ts), for every caller of the runtime — a /prompt request, an
+ * executing vessel, a /ws turn — so they hold, renew and give back the same things the same way:
+ * - the lease is renewed while the run lives and released when it ends;
+ * - the run's wall-clock seconds, rounded up, settle its compute reservation (never above what it held) and are
+ *   added to the developer's month;
+ * - the model calls are reserved and settled by the metered call itself (metering/call.ts).
+ */
+
+/** A run ends this long before Lambda's limit, so its charges are written before the invocation is cut. */
+const RUN_SECONDS_MARGIN = 30;
+export const MAX_RUN_SECONDS = MAX_INVOCATION_SECONDS - RUN_SECONDS_MARGIN;
+
+/**
+ * What the schema alone cannot see in a run's options, checked before anything is admitted or queued: Anthropic
+ * server tools need a Claude model, and `outputFormat.schema` must compile. Returns the options with the model the
+ * run will use (the gateway's default when none is given); throws an `invalid_request` refusal otherwise.
+ */
+export function checkedRunOptions(options: RunOptions): RunOptions & { model: string } {
+  const model = options.model ?? env().DEFAULT_MODEL;
+  if (options.tools?.some((t) => !isHttpTool(t)) && routeModel(model).provider !== 'anthropic') {
+    throw new Refused({ kind: 'invalid_request', message: `options.tools: Anthropic server tools (a tool with a "type") run only with Claude models, not ${model}` });
+  }
+  const problem = options.outputFormat ? schemaProblem(options.outputFormat.schema) : undefined;
+  if (problem) throw new Refused({ kind: 'invalid_request', message: `options.outputFormat.schema is not a usable JSON Schema: ${problem}` });
+  return { ...options, model };
+}
+
+export type Admitted = Extract<RunAdmission, { ok: true }>;
+
+export interface AdmittedRunInput {
+  caller: Caller;
+  /** An admission taken with `maxSeconds` (so it reserved the run's compute). */
+  admission: Admitted;
+  message: string;
+  options: RunOptions & { model: string };
+  /** Epoch milliseconds the admission was taken at: the run's compute is counted from here. */
+  started: number;
+  signal: AbortSignal;
+  onEvent?: (event: RunEvent) => void;
+  /** The lease could not be renewed (it expired or was taken away): the run should stop. */
+  onLeaseLost?: (reason: 'expired' | 'not_held') => void;
+}
+
+export async function runAdmitted(input: AdmittedRunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
+  const { admission, started } = input;
+  const compute = admission.compute;
+  if (!compute) throw new Error('runAdmitted needs an admission taken with maxSeconds (it reserves the run\'s compute)');
+  const heartbeat = keepLeaseAlive(admission.lease, input.onLeaseLost ? { onLost: input.onLeaseLost } : {});
+  try {
+    return await runAgent({
+      caller: input.caller,
+      message: input.message,
+      options: input.options,
+      deadline: started + compute.seconds * 1000,
+      signal: input.signal,
+      ...(input.onEvent ? { onEvent: input.onEvent } : {}),
+    });
+  } finally {
+    heartbeat.stop();
+    await Promise.allSettled([releaseLease(heartbeat.current()), chargeCompute(compute, admission.developerId, started)]);
+  }
+}
+
+/**
+ * The run's wall-clock seconds, rounded up, on the user's compute meter (settling the run's reservation, never above
+ * what it held) and on the developer's month.
+ */
+async function chargeCompute(compute: { reservation: Reservation; seconds: number }, developerId: string, started: number): Promise<void> {
+  const seconds = Math.min(Math.max(1, Math.ceil((Date.now() - started) / 1000)), compute.seconds);
+  try {
+    await Promise.all([settle(compute.reservation, { ai: 0, compute: seconds }), addDeveloperCompute(developerId, seconds)]);
+  } catch (err) {
+    // The hold stays and the sweep charges it at its full amount: never less than what was used.
+    logger.error('charging compute failed', { error: err as Error, seconds });
+  }
+}

@@ -1,0 +1,162 @@
+import { checkedRunOptions } from '../agent/admitted-run.ts';
+import { authenticate } from '../auth/authenticate.ts';
+import type { Caller } from '../auth/claims.ts';
+import { parseJsonBody, readBodyText } from '../http/body.ts';
+import { bearerToken } from '../http/router.ts';
+import { developerPlan } from '../plans/admission.ts';
+import { describeIssue } from '../proxy/schema.ts';
+import { conjureResponse } from '../refusals/conjure.ts';
+import { Refused, type Refusal } from '../refusals/refusal.ts';
+import { cancelVessel, ownedVessel } from '../vessels/cancel.ts';
+import { enqueueVessel, storedCallback, type EnqueueOutcome, type VesselRequest } from '../vessels/enqueue.ts';
+import { vesselView } from '../vessels/record.ts';
+import { BatchBody, BatchItem, dueTime, IncubateBody, MAX_BATCH_ITEMS } from '../vessels/request.ts';
+
+/**
+ * The incubate endpoints (docs/incubate.md): HTTP ⇄ the vessels domain. POST /incubate and /incubate/batch take the
+ * token in `options.token`; the vessel's status and cancel take it as `Authorization: Bearer`.
+ */
+
+/** POST /incubate → 202 queue response; a replay of the same key and body → 200 with `Idempotent-Replayed: true`. */
+export async function handleIncubate(req: Request): Promise<Response> {
+  const json = parseJsonBody(await readBodyText(req));
+  const caller = await bodyCaller(json);
+  if (caller instanceof Response) return caller;
+  if (isObject(json) && json.idempotencyKey === undefined) {
+    throw new Refused({ kind: 'missing_idempotency_key', message: 'idempotencyKey is required: a key unique per project, so that a retried request never queues a second vessel' });
+  }
+  const parsed = IncubateBody.safeParse(json);
+  if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
+  const { message, idempotencyKey, options, callback, ttl, executeAt } = parsed.data;
+  const request = await vesselRequest(caller, { options, callback, ttl, executeAt });
+  const outcome = await enqueueVessel(request, { message, idempotencyKey });
+  if (outcome.kind === 'refused') throw new Refused(outcome.refusal);
+  return Response.json(outcome.response, {
+    status: outcome.kind === 'queued' ? 202 : 200,
+    headers: outcome.kind === 'replayed' ? { 'idempotent-replayed': 'true' } : {},
+  });
+}
+
+type BatchEntry =
+  | { index: number; idempotencyKey: string | null; status: 'queued'; vesselId: string; scheduledFor: string; replayed?: true }
+  | { index: number; idempotencyKey: string | null; status: 'failed'; error: { code: string; message: string } };
+
+/** Items of a batch queued at once: enough to be quick, few enough not to crowd the store. */
+const BATCH_CONCURRENCY = 10;
+
+/**
+ * POST /incubate/batch → 202 `{total, queued, failed, items}`: each item an independent vessel with its own key,
+ * sharing options, callback and timing; one failed item never fails the others.
+ */
+export async function handleBatch(req: Request): Promise<Response> {
+  const json = parseJsonBody(await readBodyText(req));
+  const caller = await bodyCaller(json);
+  if (caller instanceof Response) return caller;
+  if (isObject(json) && Array.isArray(json.items) && json.items.length > MAX_BATCH_ITEMS) {
+    throw new Refused({ kind: 'invalid_request', message: `items: at most ${MAX_BATCH_ITEMS} items per batch, got ${json.items.length}` });
+  }
+  const parsed = BatchBody.safeParse(json);
+  if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
+  const { items, options, callback, ttl, executeAt } = parsed.data;
+  const request = await vesselRequest(caller, { options, callback, ttl, executeAt });
+
+  const seen = new Set<string>();
+  const entries: BatchEntry[] = new Array(items.length);
+  const work: Array<() => Promise<void>> = [];
+  items.forEach((raw, index) => {
+    const key = isObject(raw) && typeof raw.idempotencyKey === 'string' ? raw.idempotencyKey : null;
+    const fail = (code: string, message: string) => (entries[index] = { index, idempotencyKey: key, status: 'failed', error: { code, message } });
+    if (isObject(raw) && raw.idempotencyKey === undefined) return fail('missing_idempotency_key', `items.${index}.idempotencyKey is required`);
+    const item = BatchItem.safeParse(raw);
+    if (!item.success) return fail('invalid_request', `items.${index}.${describeIssue(item.error)}`.replace(`items.${index}.items`, 'items'));
+    if (seen.has(item.data.idempotencyKey)) return fail('duplicate_idempotency_key', `items.${index}: idempotencyKey "${item.data.idempotencyKey}" appears earlier in this batch`);
+    seen.add(item.data.idempotencyKey);
+    work.push(async () => {
+      let outcome: EnqueueOutcome;
+      try {
+        outcome = await enqueueVessel(request, item.data);
+      } catch {
+        outcome = { kind: 'refused', refusal: { kind: 'trigger_failed', message: 'The gateway could not store this vessel; retry it with the same idempotencyKey' } };
+      }
+      entries[index] =
+        outcome.kind === 'refused'
+          ? { index, idempotencyKey: key, status: 'failed', error: { code: outcome.refusal.kind, message: refusalText(outcome.refusal) } }
+          : { index, idempotencyKey: key, status: 'queued', vesselId: outcome.response.vesselId, scheduledFor: outcome.response.scheduledFor, ...(outcome.kind === 'replayed' ? { replayed: true as const } : {}) };
+    });
+  });
+  for (let i = 0; i < work.length; i += BATCH_CONCURRENCY) await Promise.all(work.slice(i, i + BATCH_CONCURRENCY).map((w) => w()));
+
+  const failed = entries.filter((e) => e.status === 'failed');
+  // Nothing could be queued because the queue is down: the batch as a whole is the interface's 503.
+  if (failed.length === entries.length && failed.every((e) => e.status === 'failed' && e.error.code === 'trigger_failed')) {
+    throw new Refused({ kind: 'trigger_failed', message: 'The run queue is unavailable, so no vessel of the batch was queued (nothing was kept; retry the batch)' });
+  }
+  return Response.json({ total: entries.length, queued: entries.length - failed.length, failed: failed.length, items: entries }, { status: 202 });
+}
+
+/** GET /incubate/vessel/{vesselId} → the vessel status record, for a token of its project and user; else 404. */
+export async function handleStatus(req: Request, params: Record<string, string>): Promise<Response> {
+  const owned = await ownedVessel(await bearerCallerOrNone(req), params.vesselId ?? '');
+  if ('kind' in owned) throw new Refused(owned);
+  return Response.json(vesselView(owned));
+}
+
+/** POST /incubate/vessel/{vesselId}/cancel → 200 with the record; an ended vessel → 409 with its status. */
+export async function handleCancel(req: Request, params: Record<string, string>): Promise<Response> {
+  const owned = await ownedVessel(await bearerCallerOrNone(req), params.vesselId ?? '');
+  if ('kind' in owned) throw new Refused(owned);
+  const canceled = await cancelVessel(owned);
+  if ('kind' in canceled) throw new Refused(canceled);
+  return Response.json(vesselView(canceled));
+}
+
+/** What every vessel of a request shares: checked options, due time, the developer's plan, the stored callback. */
+async function vesselRequest(
+  caller: Caller,
+  body: { options: IncubateBody['options']; callback?: IncubateBody['callback']; ttl?: number | undefined; executeAt?: string | undefined },
+): Promise<VesselRequest> {
+  const { token: _token, ...given } = body.options;
+  const options = checkedRunOptions(given);
+  const now = new Date();
+  const due = dueTime(body, now);
+  if ('problem' in due) throw new Refused({ kind: 'invalid_request', message: due.problem });
+  // A vessel the developer's plan could not run is refused now, with the admission step's own 402.
+  const plan = await developerPlan(caller, now);
+  if (!plan.ok) throw new Refused(plan.refusal);
+  return { caller, options, callback: body.callback, stored: await storedCallback(caller, body.callback), ttl: body.ttl, executeAt: body.executeAt, due: due.at };
+}
+
+/**
+ * The token of a queue request (`options.token`), checked first: a request without a valid one learns nothing about
+ * what else is wrong with it. The interface's /incubate bodies: `{error:"token_expired"}` for an expired token,
+ * `{error:"invalid_token", message}` for any other failure.
+ */
+async function bodyCaller(json: unknown): Promise<Caller | Response> {
+  const token = isObject(json) && isObject(json.options) ? json.options.token : undefined;
+  try {
+    return await authenticate(typeof token === 'string' ? token : undefined, { missingHint: ': send it in options.token' });
+  } catch (err) {
+    if (err instanceof Refused && err.refusal.kind === 'token') {
+      return err.refusal.code === 'token_expired'
+        ? conjureResponse(401, { error: 'token_expired' })
+        : conjureResponse(401, { error: 'invalid_token', message: err.refusal.message });
+    }
+    throw err;
+  }
+}
+
+/** The caller of a bearer token, or none when it is missing or not valid (the vessel is then "not found"). */
+async function bearerCallerOrNone(req: Request): Promise<Caller | undefined> {
+  try {
+    return await authenticate(bearerToken(req));
+  } catch (err) {
+    if (err instanceof Refused && err.refusal.kind === 'token') return undefined;
+    throw err;
+  }
+}
+
+const refusalText = (r: Refusal) => ('message' in r ? r.message : r.kind);
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

@@ -1,0 +1,76 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Caller } from '../auth/claims.ts';
+import { logger } from '../observability/logger.ts';
+import type { Refusal } from '../refusals/refusal.ts';
+import { scheduler } from '../scheduling/scheduler.ts';
+import { endVessel } from './end.ts';
+import { endedWithoutRun, type StoredVessel } from './record.ts';
+import { isWaiting, VesselStates } from './states.ts';
+import { getVessel, touchVessel } from './store.ts';
+import { CANCEL_POLL_MS } from './watch.ts';
+
+/**
+ * Who may see or cancel a vessel: a token of the project and the user that queued it. Anyone else is told it does
+ * not exist, exactly as for an unknown id (no existence leak across projects or users).
+ */
+export async function ownedVessel(caller: Caller | undefined, vesselId: string): Promise<StoredVessel | Refusal> {
+  const v = caller && vesselId.length <= 128 ? await getVessel(vesselId) : undefined;
+  if (!v || !caller || v.projectId !== caller.projectId || v.userId !== caller.userId) return vesselNotFound(vesselId);
+  return v;
+}
+
+export const vesselNotFound = (vesselId: string): Refusal => ({
+  kind: 'vessel_not_found',
+  message: `No vessel ${vesselId.slice(0, 128)} for this token: a vessel is visible only with a valid token of the project and user that queued it (Authorization: Bearer <token>)`,
+});
+
+/** How long a cancel of an executing vessel waits for the run to stop before answering with the record as it is. */
+const CANCEL_WAIT_MS = 5_000;
+
+/**
+ * Cancels a vessel (docs/incubate.md, "Cancel"): waiting (PENDING, QUEUED) → CANCELED at once, its schedule removed;
+ * EXECUTING → a cancel request the run sees within CANCEL_POLL_MS, aborting the model call in flight, then CANCELED
+ * (answered once that happened, or after CANCEL_WAIT_MS with `cancelRequested`); ended → 409 with its status.
+ */
+export async function cancelVessel(v: StoredVessel): Promise<StoredVessel | Refusal> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const now = new Date();
+    if (VesselStates.isTerminal(v.status)) {
+      return { kind: 'vessel_not_cancelable', status: v.status, message: `Vessel ${v.vesselId} has already ended (${v.status}); only a waiting or executing vessel can be canceled` };
+    }
+    if (isWaiting(v.status)) {
+      const ended = await endVessel(v, { to: 'CANCELED', from: v.status, output: endedWithoutRun('canceled', 'The vessel was canceled before it ran'), now });
+      if (ended) {
+        if (v.scheduleName) await removeSchedule(v.scheduleName);
+        return ended;
+      }
+    } else {
+      const requested = await touchVessel(v.vesselId, { status: 'EXECUTING', set: { cancelRequested: true }, now });
+      if (requested.ok) return awaitEnd(requested.vessel);
+    }
+    const again = await getVessel(v.vesselId);
+    if (!again) return vesselNotFound(v.vesselId);
+    v = again;
+  }
+  throw new Error(`Vessel ${v.vesselId} kept changing while it was being canceled`);
+}
+
+async function awaitEnd(v: StoredVessel): Promise<StoredVessel> {
+  const until = Date.now() + CANCEL_WAIT_MS;
+  let latest = v;
+  while (Date.now() < until) {
+    await sleep(CANCEL_POLL_MS / 2);
+    latest = (await getVessel(v.vesselId)) ?? latest;
+    if (VesselStates.isTerminal(latest.status)) break;
+  }
+  return latest;
+}
+
+/** A canceled vessel's schedule is removed; one that cannot be removed fires into a canceled vessel, which ignores it. */
+async function removeSchedule(name: string): Promise<void> {
+  try {
+    await scheduler().cancel(name);
+  } catch (err) {
+    logger.warn('removing a canceled vessel\'s schedule failed; its trigger will find the vessel canceled', { scheduleName: name, error: err as Error });
+  }
+}

@@ -1,0 +1,43 @@
+import { env } from '../config/env.ts';
+import { logger } from '../observability/logger.ts';
+import { handOffCallback } from './callback.ts';
+import type { StoredVessel, VesselOutput } from './record.ts';
+import type { VesselStatus } from './states.ts';
+import { endedAttributes, moveVessel, touchVessel } from './store.ts';
+
+export type EndStatus = Extract<VesselStatus, 'COMPLETED' | 'FAILED' | 'CANCELED'>;
+
+/**
+ * Ends a vessel — one conditional move to COMPLETED, FAILED or CANCELED from `from` (and `when`) — and hands its
+ * callback to the webhook queue. A vessel with a callback stays in the reconcile index until the hand-off is done,
+ * so a hand-off lost to a crash between the two writes is made by the reconciler. Returns the ended vessel, or
+ * undefined when the condition did not hold (someone else moved it first).
+ */
+export async function endVessel(
+  vessel: StoredVessel,
+  end: { to: EndStatus; from: VesselStatus | readonly VesselStatus[]; when?: { expression: string; values: Record<string, unknown> }; output: VesselOutput; now: Date },
+): Promise<StoredVessel | undefined> {
+  const watch = vessel.callback ? { reconcileAt: end.now.getTime() + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000 } : {};
+  const moved = await moveVessel(vessel.vesselId, {
+    to: end.to,
+    from: end.from,
+    ...(end.when ? { when: end.when } : {}),
+    set: { ...endedAttributes(end.output, end.now), ...watch },
+    remove: ['runId', ...(vessel.callback ? [] : ['reconcileShard', 'reconcileAt'])],
+    now: end.now,
+  });
+  if (!moved.ok) return undefined;
+  const ended = moved.vessel;
+  if (ended.callback) await handOff(ended);
+  return ended;
+}
+
+/** Hands an ended vessel's callback to the webhook queue, then stops watching it; a failure leaves it watched. */
+export async function handOff(ended: StoredVessel): Promise<void> {
+  try {
+    await handOffCallback(ended);
+    await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: Date.now() }, remove: ['reconcileShard', 'reconcileAt'] });
+  } catch (err) {
+    logger.warn('callback hand-off failed; the reconciler retries it', { vesselId: ended.vesselId, error: err as Error });
+  }
+}

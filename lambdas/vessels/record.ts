@@ -1,0 +1,168 @@
+import type { RunOptions } from '../agent/options.ts';
+import type { RunResult } from '../agent/run.ts';
+import type { Caller } from '../auth/claims.ts';
+import { flagsOf, type VesselStatus } from './states.ts';
+
+/**
+ * A vessel as stored (one item of the vessels table, `pk = vessel#<vesselId>`) and as shown (the interface's vessel
+ * status record). Instants are epoch milliseconds in the store and ISO 8601 strings on the wire.
+ */
+
+/** The interface's fixed name of the task every vessel runs (docs/incubate.md). */
+export const TASK_IDENTIFIER = 'agent-run';
+
+/** Why a vessel ended without a successful run, beyond the agent runtime's own subtypes (agent/run.ts). */
+export type VesselEndSubtype =
+  | RunResult['subtype']
+  /** The user's budget was spent when the vessel was due. */
+  | 'error_user_budget_exhausted'
+  /** The developer's monthly compute was spent when the vessel was due. */
+  | 'error_developer_budget_exhausted'
+  | 'canceled';
+
+/** The interface's `output`, present once the vessel has ended; `result` carries the run's figures. */
+export interface VesselOutput {
+  success: boolean;
+  text: string;
+  result: {
+    type: 'result';
+    subtype: VesselEndSubtype;
+    total_cost_usd: number;
+    total_cost_microdollars: number;
+    usage: { input_tokens: number; output_tokens: number };
+    num_turns: number;
+    duration_secs: number;
+    model?: string;
+    structured_output?: unknown;
+  };
+}
+
+export interface StoredCallback {
+  url: string;
+  /** `callback.secret`, encrypted with the provider-keys cipher for the vessel's project; never shown. */
+  secretCiphertext?: string;
+}
+
+export interface StoredVessel {
+  pk: string;
+  vesselId: string;
+  projectId: string;
+  userId: string;
+  /** The token's caller as verified at enqueue: the run uses this budget even after the token expired. */
+  caller: Caller;
+  message: string;
+  /** The run's options, without the token, with the model resolved. */
+  options: RunOptions & { model: string };
+  idempotencyKey: string;
+  status: VesselStatus;
+  createdAt: number;
+  updatedAt: number;
+  scheduledFor: number;
+  startedAt?: number;
+  completedAt?: number;
+  /** Executions started (a retry after an executor died counts again). */
+  attempts: number;
+  /** The current trigger: a run message naming another is stale and dropped. */
+  driveId: string;
+  /** The execution in progress (its lease id), while EXECUTING. */
+  runId?: string;
+  cancelRequested?: boolean;
+  output?: VesselOutput;
+  callback?: StoredCallback;
+  /** The one-time schedule that will deliver the trigger, when due later than SQS can delay. */
+  scheduleName?: string;
+  /** Present while the reconciler must watch the vessel (the table's `reconcile` index). */
+  reconcileShard?: string;
+  /** When the reconciler should look next (epoch ms). */
+  reconcileAt?: number;
+  /** DynamoDB TTL (epoch seconds). */
+  expiresAt: number;
+}
+
+export const vesselKey = (vesselId: string) => ({ pk: `vessel#${vesselId}` });
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** The vessel status record of GET /incubate/vessel/{id} (docs/incubate.md, "The record"). */
+export function vesselView(v: StoredVessel) {
+  return {
+    vesselId: v.vesselId,
+    status: v.status,
+    taskIdentifier: TASK_IDENTIFIER,
+    ...flagsOf(v.status),
+    idempotencyKey: v.idempotencyKey,
+    createdAt: iso(v.createdAt),
+    updatedAt: iso(v.updatedAt),
+    scheduledFor: iso(v.scheduledFor),
+    attempts: v.attempts,
+    ...(v.startedAt === undefined ? {} : { startedAt: iso(v.startedAt) }),
+    ...(v.completedAt === undefined ? {} : { completedAt: iso(v.completedAt) }),
+    ...(v.cancelRequested && v.status === 'EXECUTING' ? { cancelRequested: true } : {}),
+    ...(v.callback ? { callback: { url: v.callback.url, signed: v.callback.secretCiphertext !== undefined } } : {}),
+    ...(v.output && flagsOf(v.status).isCompleted ? { output: ordered(v.output) } : {}),
+  };
+}
+export type VesselView = ReturnType<typeof vesselView>;
+
+/** The output in the interface's order (the store keeps maps unordered): success, text, then result's figures. */
+function ordered(o: VesselOutput): VesselOutput {
+  const { type, subtype, total_cost_usd, total_cost_microdollars, usage, num_turns, duration_secs, model, structured_output } = o.result;
+  return {
+    success: o.success,
+    text: o.text,
+    result: {
+      type,
+      subtype,
+      total_cost_usd,
+      total_cost_microdollars,
+      usage: { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens },
+      num_turns,
+      duration_secs,
+      ...(model === undefined ? {} : { model }),
+      ...(structured_output === undefined ? {} : { structured_output }),
+    },
+  };
+}
+
+/** The interface's queue response: what POST /incubate answers, and replays. */
+export function queueResponse(v: Pick<StoredVessel, 'vesselId' | 'idempotencyKey' | 'scheduledFor'>) {
+  return { vesselId: v.vesselId, idempotencyKey: v.idempotencyKey, status: 'queued' as const, scheduledFor: iso(v.scheduledFor) };
+}
+export type QueueResponse = ReturnType<typeof queueResponse>;
+
+/** The output of a run that ended (agent/run.ts's result); a failed run's text is its error. */
+export function runOutput(result: RunResult, canceled: boolean): VesselOutput {
+  const subtype: VesselEndSubtype = canceled ? 'canceled' : result.subtype;
+  return {
+    success: subtype === 'success',
+    text: subtype === 'success' ? result.text : (result.error ?? result.text),
+    result: {
+      type: 'result',
+      subtype,
+      total_cost_usd: result.total_cost_usd,
+      total_cost_microdollars: result.total_cost_microdollars,
+      usage: result.usage,
+      num_turns: result.num_turns,
+      duration_secs: result.duration_secs,
+      model: result.model,
+      ...(result.structured_output === undefined ? {} : { structured_output: result.structured_output }),
+    },
+  };
+}
+
+/** The output of a vessel that ended without running (canceled while waiting, refused when due, executor lost). */
+export function endedWithoutRun(subtype: Exclude<VesselEndSubtype, 'success'>, text: string): VesselOutput {
+  return {
+    success: false,
+    text,
+    result: {
+      type: 'result',
+      subtype,
+      total_cost_usd: 0,
+      total_cost_microdollars: 0,
+      usage: { input_tokens: 0, output_tokens: 0 },
+      num_turns: 0,
+      duration_secs: 0,
+    },
+  };
+}

@@ -1,0 +1,55 @@
+import { z } from 'zod';
+import { MAX_DELAY_SECONDS, sqsQueueSender } from '../queues/sender.ts';
+import { scheduler } from '../scheduling/scheduler.ts';
+import type { StoredVessel } from './record.ts';
+
+/**
+ * How a vessel is woken: a message on the run queue naming it. The table decides what happens (the queue is only a
+ * trigger), so a message may be late, early, duplicated or lost — the executor checks, the reconciler re-drives.
+ *
+ * Due within SQS's 15-minute delay: a delayed message. Later: a one-time EventBridge Scheduler schedule that puts
+ * the message on the run queue SCHEDULE_LEAD_SECONDS before the vessel is due; the executor puts an early message
+ * back with the exact remaining delay, so the precision is the queue's (about a second), not the scheduler's
+ * (docs/incubate.md, "Scheduling precision").
+ */
+
+export const RunMessage = z.object({
+  vesselId: z.string().min(1),
+  /** The vessel's current trigger; a message naming an older one is stale. */
+  driveId: z.string().min(1),
+  /** How many times the vessel has waited for capacity (the back-off grows with it). */
+  waits: z.number().int().min(0).optional(),
+});
+export type RunMessage = z.infer<typeof RunMessage>;
+
+/** A far schedule fires this long before the vessel is due; the last stretch is a precise queue delay. */
+export const SCHEDULE_LEAD_SECONDS = 60;
+
+/** The name of the schedule a vessel's trigger would use (unique per trigger; EventBridge allows 64 characters). */
+export const scheduleNameOf = (v: Pick<StoredVessel, 'vesselId' | 'driveId'>) => `vessel-${v.vesselId}-${v.driveId.slice(0, 8)}`;
+
+/** Whether a vessel due at `scheduledFor` needs the scheduler (further ahead than a queue delay reaches). */
+export const needsSchedule = (scheduledFor: number, now: Date) => scheduledFor - now.getTime() > MAX_DELAY_SECONDS * 1000;
+
+/** Sends the vessel's trigger for its due time: a (delayed) run message, or a schedule for a far one. */
+export async function triggerVessel(v: Pick<StoredVessel, 'vesselId' | 'driveId' | 'scheduledFor'>, now: Date): Promise<void> {
+  const message: RunMessage = { vesselId: v.vesselId, driveId: v.driveId };
+  if (needsSchedule(v.scheduledFor, now)) {
+    await scheduler().schedule({ name: scheduleNameOf(v), at: new Date(v.scheduledFor - SCHEDULE_LEAD_SECONDS * 1000), body: JSON.stringify(message) });
+    return;
+  }
+  await sendRunMessage(message, delayUntil(v.scheduledFor, now));
+}
+
+/** A run message, delivered after `delaySeconds` (at most SQS's 15 minutes). */
+export async function sendRunMessage(message: RunMessage, delaySeconds = 0): Promise<void> {
+  await sqsQueueSender().send('run', message, { delaySeconds: Math.min(MAX_DELAY_SECONDS, Math.max(0, Math.floor(delaySeconds))) });
+}
+
+/**
+ * Whole seconds of delay until `at`, rounded down: a message may arrive up to a second early (the executor then
+ * waits out the rest), never a second late.
+ */
+export function delayUntil(at: number, now: Date): number {
+  return Math.min(MAX_DELAY_SECONDS, Math.max(0, Math.floor((at - now.getTime()) / 1000)));
+}
