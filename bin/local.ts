@@ -10,7 +10,7 @@ const port = Number(process.env.PORT ?? 8787);
 const dataDir = resolve(process.env.DATA_DIR ?? '.data');
 
 async function main() {
-  console.log('Starting the prompt gateway (DynamoDB Local, fauxqs, handlers)…');
+  console.log('Starting the prompt gateway (DynamoDB Local, fauxqs, the scheduler stand-in, handlers)…');
   const gw = await startGateway({
     port,
     dataDir,
@@ -24,9 +24,10 @@ async function main() {
     '',
     `Prompt gateway ready on ${gw.url}`,
     `  channeling URL (Anthropic Messages API): ${gw.url}   → POST /v1/messages`,
-    `  conjure URL: ${gw.url}   → GET /usage, POST /prompt (agent runs)`,
+    `  conjure URL: ${gw.url}   → GET /usage, POST /prompt (agent runs), POST /incubate (background runs: vessels)`,
     `  health: ${gw.url}/health`,
     `  data: ${dataDir} (DynamoDB Local on ${gw.dynamoEndpoint})`,
+    `  vessels: the executor polls the run queue; the reconciler runs at start-up and every minute`,
     gw.simulated
       ? '  upstream: SIMULATED — ANTHROPIC_API_KEY is not set, so answers come from the built-in simulated Anthropic/OpenAI servers, not real models.'
       : `  upstream: Anthropic at ${process.env.ANTHROPIC_BASE_URL ?? 'https://api.anthropic.com'} with your ANTHROPIC_API_KEY`,
@@ -43,6 +44,9 @@ async function main() {
     `    -H "content-type: application/json" -d '{"model":"claude-sonnet-4-6","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}'`,
     '',
     `  curl -s ${gw.url}/prompt -H "content-type: application/json" -d '{"message":"Hello","options":{"token":"${dev.token}"}}'`,
+    '',
+    `  curl -s ${gw.url}/incubate -H "content-type: application/json" -d '{"message":"Hello later","idempotencyKey":"try-1","options":{"token":"${dev.token}"}}'`,
+    `  curl -s ${gw.url}/incubate/vessel/<vesselId from the answer> -H "Authorization: Bearer ${dev.token}"`,
     '',
     '  // Anthropic SDK (TypeScript)',
     `  const client = new Anthropic({ baseURL: '${gw.url}', apiKey: '<token above>' });`,

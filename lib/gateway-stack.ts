@@ -34,7 +34,8 @@ export interface GatewayStackProps extends StackProps {
  * The whole gateway in one stack:
  * - data: the DynamoDB tables of TABLES, the provider-keys KMS key, the Anthropic key secret
  * - functions: one per entry of the function manifest, each with its trigger and its grants —
- *   channeling behind a streaming function URL (the Anthropic-compatible proxy), conjure behind the REST API (/usage…)
+ *   channeling behind a streaming function URL (the Anthropic-compatible proxy), conjure behind the REST API (/usage,
+ *   /incubate…), the vessel executor on the run queue, the vessel reconciler on an EventBridge rule
  * - async: run and webhook queues with DLQs, the Scheduler group and delivery role
  * - observability: dashboard and alarms
  */
@@ -53,7 +54,7 @@ export class GatewayStack extends Stack {
   constructor(scope: Construct, id: string, props: GatewayStackProps) {
     super(scope, id, props);
     const { stage, production } = props;
-    const specs = props.functions ?? FUNCTIONS;
+    const specs: readonly FunctionSpec[] = props.functions ?? FUNCTIONS;
 
     this.data = new GatewayData(this, 'Data', { production });
     this.secrets = new GatewaySecrets(this, 'Secrets', { stage, production });
@@ -171,21 +172,23 @@ export class GatewayStack extends Stack {
   }
 
   /**
-   * Exactly what the manifest says a function may do, resource by resource: read or read/write its tables; for a
-   * function that calls providers, decrypt the projects' provider keys (Decrypt only — encryption happens in the
-   * operator CLI) and read the service's Anthropic key; send to its queues.
+   * Exactly what the manifest says a function may do, resource by resource: read or read/write its tables (and query
+   * their indexes); for a function that calls providers, decrypt the projects' provider keys (Decrypt only) and read
+   * the service's Anthropic key; for one that `encrypts`, Encrypt only with the same key; send to its queues; for
+   * one that schedules, create and delete schedules in the gateway's group.
    */
   private grantAccess(target: GatewayFunction, access: FunctionAccess): void {
     for (const spec of TABLES) {
       const mode = access.tables[spec.id];
-      if (mode === 'read') this.data.tables[spec.id].grantReadData(target.fn);
-      else if (mode === 'readwrite') this.data.tables[spec.id].grantReadWriteData(target.fn);
+      if (mode) this.data.grantData(spec.id, target.fn, mode);
     }
     if (access.providers) {
       this.secrets.providerKeysKey.grantDecrypt(target.fn);
       this.secrets.anthropicKey.grantRead(target.fn);
     }
+    if (access.encrypts) this.secrets.grantEncrypt(target.fn);
     for (const queue of access.queues) this.queues.grantSend(queue, target.fn);
+    if (access.scheduler) this.scheduling.grantScheduling(target.fn);
   }
 
   /** A public function URL streaming the response (SSE is piped as the provider produces it). */

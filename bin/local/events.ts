@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { APIGatewayProxyEvent, Context, LambdaFunctionURLEvent } from 'aws-lambda';
+import type { APIGatewayProxyEvent, Context, LambdaFunctionURLEvent, ScheduledEvent } from 'aws-lambda';
 import { isTextual } from '../../lambdas/http/content-type.ts';
 
 /** Builds the events AWS would deliver for an HTTP request, so the local server can call the real handlers. */
@@ -131,6 +131,22 @@ export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayP
       stage: 'local',
       identity: { sourceIp: req.socket.remoteAddress ?? '127.0.0.1', userAgent: headers['user-agent'] ?? null },
     } as APIGatewayProxyEvent['requestContext'],
+  };
+}
+
+/** The event an EventBridge rule on a schedule delivers to its target function (the rule is named after it). */
+export function scheduledEvent(functionName: string, now = new Date(), region = 'us-east-1'): ScheduledEvent {
+  return {
+    version: '0',
+    id: randomUUID(),
+    'detail-type': 'Scheduled Event',
+    source: 'aws.events',
+    account: '000000000000',
+    // EventBridge gives the time to the second.
+    time: `${now.toISOString().slice(0, 19)}Z`,
+    region,
+    resources: [`arn:aws:events:${region}:000000000000:rule/local-${functionName}`],
+    detail: {},
   };
 }
 

@@ -3,12 +3,14 @@ import type { AddressInfo } from 'node:net';
 import { CreateQueueCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Message, MessageAttributeValue } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent, SQSMessageAttributes, SQSRecord } from 'aws-lambda';
-import { QUEUES, VISIBILITY_TIMEOUT_FACTOR, type QueueEnvVar } from '../../lambdas/store/queues.ts';
+import { QUEUES, VISIBILITY_TIMEOUT_FACTOR, type QueueEnvVar, type QueueName } from '../../lambdas/store/queues.ts';
 import { lambdaContext } from './events.ts';
 
 export interface LocalQueues {
   endpoint: string;
   urls: Record<QueueEnvVar, string>;
+  /** Each queue's ARN as fauxqs reports it (GetQueueAttributes): the scheduler stand-in's target is the run queue's. */
+  arns: Record<QueueName, string>;
   stop(): Promise<void>;
 }
 
@@ -53,6 +55,7 @@ export async function startLocalQueues(prefix: string): Promise<LocalQueues> {
     const endpoint = `http://127.0.0.1:${port}`;
     const sqs = sqsClient(endpoint);
     const urls = {} as LocalQueues['urls'];
+    const arns = {} as LocalQueues['arns'];
     try {
       for (const q of QUEUES) {
         const dlq = await sqs.send(new CreateQueueCommand({ QueueName: `${prefix}-${q.name}-dlq` }));
@@ -67,11 +70,14 @@ export async function startLocalQueues(prefix: string): Promise<LocalQueues> {
           }),
         );
         urls[q.envVar] = main.QueueUrl!;
+        const arn = (await sqs.send(new GetQueueAttributesCommand({ QueueUrl: main.QueueUrl, AttributeNames: ['QueueArn'] }))).Attributes?.QueueArn;
+        if (!arn) throw new Error(`fauxqs reported no ARN for the ${q.name} queue`);
+        arns[q.name] = arn;
       }
     } finally {
       sqs.destroy();
     }
-    return { endpoint, urls, stop: () => app.close() };
+    return { endpoint, urls, arns, stop: () => app.close() };
   } catch (err) {
     await app.close();
     throw err;
@@ -132,6 +138,8 @@ export function succeededMessages(messages: readonly Message[], outcome: { resul
 /**
  * Lambda's SQS event source mapping, locally: long-polls a queue, hands batches to the handler as SQSEvents and
  * deletes what succeeded; items in `batchItemFailures` (or the whole batch on a throw) become visible again.
+ * `concurrency` poll loops run side by side, each waiting for its handler before it receives again — as Lambda scales
+ * an event source out to its maximum concurrency, so at most that many invocations run at once.
  */
 export function pollQueue(opts: {
   client: SQSClient;
@@ -141,10 +149,12 @@ export function pollQueue(opts: {
   batchSize?: number;
   /** The function's timeout, as the context's remaining time (default Lambda's 15 minutes). */
   timeoutMs?: number;
+  /** How many invocations may run at once (the trigger's maxConcurrency); default 1. */
+  concurrency?: number;
 }): { stop(): Promise<void> } {
   let running = true;
   const abort = new AbortController();
-  const loop = (async () => {
+  const poll = async () => {
     while (running) {
       try {
         const out = await opts.client.send(
@@ -178,12 +188,15 @@ export function pollQueue(opts: {
         if (running) await new Promise((r) => setTimeout(r, 250));
       }
     }
-  })();
+  };
+  const concurrency = opts.concurrency ?? 1;
+  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError(`concurrency must be a positive integer, got ${concurrency}`);
+  const loops = Array.from({ length: concurrency }, () => poll());
   return {
     async stop() {
       running = false;
       abort.abort();
-      await loop;
+      await Promise.all(loops);
     },
   };
 }

@@ -4,7 +4,7 @@ import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { pathToFileURL } from 'node:url';
-import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent } from 'aws-lambda';
+import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent, ScheduledEvent } from 'aws-lambda';
 import { MAX_INVOCATION_SECONDS } from '../../lambdas/config/env.ts';
 import type { RestRoute } from '../../lambdas/conjure/routes.ts';
 import { FUNCTIONS, type FunctionSpec, type TriggerKind } from '../../lambdas/handlers/manifest.ts';
@@ -16,7 +16,7 @@ import { queueSpec, type QueueName } from '../../lambdas/store/queues.ts';
 import { PROJECT_ROOT } from '../../lib/bundling.ts';
 import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
-import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, splitTarget } from './events.ts';
+import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, scheduledEvent, splitTarget } from './events.ts';
 import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type SqsHandler } from './queues.ts';
 import { LocalScheduler } from './scheduler.ts';
 import { startAnthropicUpstream } from './upstreams/anthropic.ts';
@@ -25,8 +25,9 @@ import type { SimulatedUpstream } from './upstreams/types.ts';
 
 /**
  * The whole gateway on one machine: DynamoDB Local, fauxqs, the scheduler stand-in, one HTTP server that turns
- * requests into the events AWS would deliver and one poller per queue consumer, calling the very handlers the cloud
- * runs — every function of the manifest (lambdas/handlers/manifest.ts), served as its trigger says.
+ * requests into the events AWS would deliver, pollers for each queue consumer and timers for each scheduled
+ * function, calling the very handlers the cloud runs — every function of the manifest
+ * (lambdas/handlers/manifest.ts), served as its trigger says.
  */
 export interface GatewayOptions {
   port?: number;
@@ -47,6 +48,11 @@ export interface GatewayOptions {
   accessLog?: (line: string) => void;
   /** The functions to serve: the manifest (lambdas/handlers/manifest.ts) unless a test passes a variant. */
   functions?: readonly FunctionSpec[];
+  /**
+   * The period of every `schedule` function instead of its rate (each also runs once at start-up); tests shorten it,
+   * or lengthen it and call `invokeScheduled`.
+   */
+  scheduleIntervalMs?: number;
 }
 
 export interface RunningGateway {
@@ -59,6 +65,11 @@ export interface RunningGateway {
   simulated: boolean;
   /** What is served, function by function (localFunctions()). */
   functions: LocalFunction[];
+  /**
+   * Runs the `schedule` function `functionId` now, as its rule would, and resolves when it has finished (after the
+   * run in progress, if there is one: a function never runs twice at once). Rejects with the handler's error.
+   */
+  invokeScheduled(functionId: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -75,17 +86,58 @@ export type LocalFunction = {
   | { readonly kind: 'streaming-url'; readonly paths: readonly string[] }
   /** Requests matching `routes` (and any path no other function serves), as an API Gateway REST proxy event. */
   | { readonly kind: 'rest'; readonly routes: readonly RestRoute[] }
-  /** Batches from the fauxqs queue, as SQS events; what the handler does not report failed is deleted. */
-  | { readonly kind: 'sqs'; readonly queue: QueueName; readonly batchSize: number }
+  /**
+   * Batches from the fauxqs queue, as SQS events; what the handler does not report failed is deleted. At most
+   * `maxConcurrency` invocations at once (the trigger's, else DEFAULT_SQS_CONCURRENCY).
+   */
+  | { readonly kind: 'sqs'; readonly queue: QueueName; readonly batchSize: number; readonly maxConcurrency: number }
+  /** A ScheduledEvent at start-up, then every `intervalMs` (the rate of `expression`); one invocation at a time. */
+  | { readonly kind: 'schedule'; readonly expression: string; readonly intervalMs: number }
 );
 
 /** Trigger kinds the local runtime cannot serve yet; a manifest with one of them is refused at startup. */
-const NOT_SERVED_LOCALLY: ReadonlySet<TriggerKind> = new Set(['websocket', 'schedule']);
+const NOT_SERVED_LOCALLY: ReadonlySet<TriggerKind> = new Set(['websocket']);
+
+/**
+ * How many invocations of an SQS consumer run at once locally when its trigger sets no maxConcurrency: Lambda's
+ * event source starts with five concurrent pollers.
+ */
+export const DEFAULT_SQS_CONCURRENCY = 5;
+
+/** The schedule group of the scheduler stand-in (SCHEDULE_GROUP_NAME locally). */
+export const LOCAL_SCHEDULE_GROUP = 'local';
+/** The delivery role the handlers name locally (SCHEDULER_ROLE_ARN); the stand-in assumes nothing. */
+export const LOCAL_SCHEDULER_ROLE_ARN = 'arn:aws:iam::000000000000:role/local-scheduler-delivery';
+
+const RATE_UNITS_MS: Readonly<Record<string, number>> = { minute: 60_000, hour: 3_600_000, day: 86_400_000 };
+
+/**
+ * The period of an EventBridge rule's `rate(value unit)` expression in milliseconds, by EventBridge's rules: a
+ * positive whole value, the unit minute(s), hour(s) or day(s), singular exactly when the value is 1 (`rate(1
+ * minute)`, `rate(5 minutes)`). `cron(…)` is refused: the local runtime serves rates only.
+ */
+export function rateIntervalMs(expression: string): number {
+  if (/^cron\(.*\)$/.test(expression)) {
+    throw new Error(`${expression}: the local runtime serves rate(…) schedules only, not cron(…); use a rate or implement cron in bin/local/runtime.ts`);
+  }
+  const match = /^rate\((\d+) ([a-z]+)\)$/.exec(expression);
+  if (!match) throw new Error(`${expression} is not an EventBridge schedule expression: rate(1 minute), rate(5 minutes), rate(2 hours), rate(1 day)…`);
+  const value = Number(match[1]);
+  const unit = match[2]!;
+  const singular = unit.endsWith('s') ? unit.slice(0, -1) : unit;
+  const unitMs = RATE_UNITS_MS[singular];
+  if (unitMs === undefined) throw new Error(`${expression}: the unit must be minute(s), hour(s) or day(s) (EventBridge rules run at most once a minute)`);
+  if (value < 1) throw new Error(`${expression}: the value must be a positive whole number`);
+  if ((value === 1) !== (unit === singular)) {
+    throw new Error(`${expression}: EventBridge wants the singular unit for 1 and the plural otherwise (rate(1 ${singular}), rate(${value === 1 ? 2 : value} ${singular}s))`);
+  }
+  return value * unitMs;
+}
 
 /**
  * What the local runtime serves for each function of the manifest, in manifest order. Throws, naming the function,
- * for a trigger it cannot serve yet (websocket, schedule), so `npm start` refuses at startup instead of leaving a
- * function silently unserved.
+ * for a trigger it cannot serve yet (websocket) or a schedule it cannot follow (cron), so `npm start` refuses at
+ * startup instead of leaving a function silently unserved.
  */
 export function localFunctions(functions: readonly FunctionSpec[] = FUNCTIONS): LocalFunction[] {
   return functions.map((spec): LocalFunction => {
@@ -108,7 +160,22 @@ export function localFunctions(functions: readonly FunctionSpec[] = FUNCTIONS): 
       case 'rest':
         return { ...common, kind: 'rest', routes: trigger.routes };
       case 'sqs':
-        return { ...common, kind: 'sqs', queue: trigger.queue, batchSize: trigger.batchSize ?? queueSpec(trigger.queue).batchSize };
+        return {
+          ...common,
+          kind: 'sqs',
+          queue: trigger.queue,
+          batchSize: trigger.batchSize ?? queueSpec(trigger.queue).batchSize,
+          maxConcurrency: trigger.maxConcurrency ?? DEFAULT_SQS_CONCURRENCY,
+        };
+      case 'schedule': {
+        let intervalMs: number;
+        try {
+          intervalMs = rateIntervalMs(trigger.expression);
+        } catch (err) {
+          throw new Error(`The manifest's ${spec.id} function (lambdas/handlers/manifest.ts): ${(err as Error).message}`);
+        }
+        return { ...common, kind: 'schedule', expression: trigger.expression, intervalMs };
+      }
       default:
         throw new Error(`${spec.id}: unknown trigger ${JSON.stringify(trigger)}`);
     }
@@ -120,10 +187,14 @@ type Served = LocalFunction & { readonly handler: unknown };
 
 type ApiHandler = (event: APIGatewayProxyEvent, context: Context) => Promise<APIGatewayProxyResult>;
 type StreamHandler = (event: LambdaFunctionURLEvent, stream: LocalResponseStream, context: Context) => Promise<void>;
+type ScheduledHandler = (event: ScheduledEvent, context: Context) => Promise<unknown>;
 
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
   // First, before anything starts: a function this runtime cannot serve refuses the start.
   const served = localFunctions(opts.functions);
+  if (opts.scheduleIntervalMs !== undefined && !(Number.isInteger(opts.scheduleIntervalMs) && opts.scheduleIntervalMs > 0)) {
+    throw new RangeError(`scheduleIntervalMs must be a positive whole number of milliseconds, got ${opts.scheduleIntervalMs}`);
+  }
   const dataDir = opts.dataDir ? resolve(opts.dataDir) : undefined;
   if (dataDir) privateDataDir(dataDir);
   const prefix = opts.tablePrefix ?? 'gateway';
@@ -156,6 +227,19 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       upstreamEnv.OPENROUTER_BASE_URL = `${upstreams.openai.url}/api/v1`;
     }
 
+    // EventBridge Scheduler's stand-in, reached by the handlers through the real Scheduler client (SCHEDULER_ENDPOINT):
+    // its one-time schedules deliver to the run queue, which they name by ARN as in AWS.
+    const scheduler = new LocalScheduler({
+      file: dataDir ? join(dataDir, 'schedules.json') : undefined,
+      sqs: sqsClient(queues.endpoint),
+      targetQueueUrl: queues.urls.RUN_QUEUE_URL,
+      targetQueueArn: queues.arns.run,
+      groupName: LOCAL_SCHEDULE_GROUP,
+    });
+    cleanups.push(() => scheduler.stop());
+    const schedulerEndpoint = await scheduler.listen();
+    scheduler.start();
+
     const keyDir = dataDir ?? join(process.cwd(), '.data', 'tmp', `${prefix}-${process.pid}`);
     if (!dataDir) {
       mkdirSync(keyDir, { recursive: true, mode: 0o700 });
@@ -170,6 +254,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       SQS_ENDPOINT: queues.endpoint,
       ...tables,
       ...queues.urls,
+      SCHEDULER_ENDPOINT: schedulerEndpoint,
+      SCHEDULE_GROUP_NAME: LOCAL_SCHEDULE_GROUP,
+      SCHEDULER_ROLE_ARN: LOCAL_SCHEDULER_ROLE_ARN,
+      RUN_QUEUE_ARN: queues.arns.run,
       PROVIDER_KEYS_LOCAL_KEY_FILE: join(keyDir, 'provider-keys.key'),
       POWERTOOLS_METRICS_DISABLED: process.env.POWERTOOLS_METRICS_DISABLED ?? 'true',
       POWERTOOLS_LOG_LEVEL: process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN',
@@ -183,14 +271,6 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     });
     resetInstanceState();
 
-    const scheduler = new LocalScheduler({
-      file: dataDir ? join(dataDir, 'schedules.json') : undefined,
-      sqs: sqsClient(queues.endpoint),
-      targetQueueUrl: queues.urls.RUN_QUEUE_URL,
-    });
-    scheduler.start();
-    cleanups.push(() => scheduler.stop());
-
     // Handlers are loaded only now: middy reads the awslambda globals and the handlers read the environment at load.
     installAwsLambdaShim();
     const loaded: Served[] = [];
@@ -201,7 +281,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     }
     const http = httpFunctions(loaded);
 
-    // Lambda's SQS event sources: one poller per consumer function, on its fauxqs queue.
+    // Lambda's SQS event sources: a poller per consumer function on its fauxqs queue, up to its maxConcurrency.
     for (const fn of loaded) {
       if (fn.kind !== 'sqs') continue;
       const client = sqsClient(queues.endpoint);
@@ -212,12 +292,29 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         functionName: fn.functionName,
         batchSize: fn.batchSize,
         timeoutMs: fn.timeoutMs,
+        concurrency: fn.maxConcurrency,
       });
       cleanups.push(async () => {
         await poller.stop();
         client.destroy();
       });
     }
+
+    // EventBridge rules: each scheduled function runs once now, then on its period.
+    const scheduled = new Map<string, ScheduledRunner>();
+    for (const fn of loaded) {
+      if (fn.kind !== 'schedule') continue;
+      const runner = scheduledRunner(fn, opts.scheduleIntervalMs ?? fn.intervalMs);
+      scheduled.set(fn.id, runner);
+      cleanups.push(() => runner.stop());
+    }
+    const invokeScheduled = async (functionId: string): Promise<void> => {
+      const runner = scheduled.get(functionId);
+      if (!runner) {
+        throw new Error(`${functionId} is not a schedule function of this gateway (schedule functions: ${[...scheduled.keys()].join(', ') || 'none'})`);
+      }
+      await runner.invoke();
+    };
 
     if (opts.accessLog) {
       const print = opts.accessLog;
@@ -260,11 +357,65 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       chmodSync(join(dataDir, 'runtime.json'), 0o600);
       cleanups.push(() => rmSync(join(dataDir, 'runtime.json'), { force: true }));
     }
-    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, stop: stopAll };
+    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, invokeScheduled, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;
   }
+}
+
+interface ScheduledRunner {
+  /** Runs the handler now, after the run in progress if there is one; rejects with the handler's error. */
+  invoke(): Promise<void>;
+  /** Stops the timer and waits for the run in progress. */
+  stop(): Promise<void>;
+}
+
+/**
+ * An EventBridge rule on a schedule, locally: invokes the handler with a ScheduledEvent at once and then every
+ * `intervalMs`, one invocation at a time — a tick that comes while the previous run is still going is skipped. A
+ * failure is logged and the next tick runs again; it never stops the runtime.
+ */
+function scheduledRunner(fn: Served & { kind: 'schedule' }, intervalMs: number): ScheduledRunner {
+  let current: Promise<void> | undefined;
+  let stopped = false;
+  const run = (): Promise<void> => {
+    const invocation = (async () => {
+      try {
+        await (fn.handler as ScheduledHandler)(scheduledEvent(fn.functionName), lambdaContext(fn.functionName, fn.timeoutMs));
+      } catch (err) {
+        console.error(`${fn.functionName} (${fn.expression}) failed: ${(err as Error)?.stack ?? String(err)}`);
+        throw err;
+      }
+    })();
+    current = invocation;
+    void invocation.then(
+      () => undefined,
+      () => undefined,
+    ).then(() => {
+      if (current === invocation) current = undefined;
+    });
+    return invocation;
+  };
+  const tick = () => {
+    if (stopped || current) return;
+    run().catch(() => undefined); // logged above
+  };
+  const timer = setInterval(tick, intervalMs);
+  timer.unref();
+  tick();
+  return {
+    async invoke() {
+      while (current) await current.catch(() => undefined);
+      if (stopped) throw new Error(`${fn.id} is stopped`);
+      await run();
+    },
+    async stop() {
+      stopped = true;
+      clearInterval(timer);
+      while (current) await current.catch(() => undefined);
+    },
+  };
 }
 
 /** The functions the HTTP server serves: function URLs by path prefix, the REST API by route. */

@@ -17,6 +17,16 @@ const EnvSchema = z.object({
   /** Queue URLs (QUEUES in lambdas/store/queues.ts): set by the stack on functions that may send, locally on all. */
   RUN_QUEUE_URL: z.string().url().optional(),
   WEBHOOK_QUEUE_URL: z.string().url().optional(),
+  /**
+   * EventBridge Scheduler (lambdas/scheduling/scheduler.ts): set by the stack on functions whose manifest access has
+   * `scheduler`, locally on all. The group the one-time schedules live in, the role Scheduler delivers them with, and
+   * the run queue's ARN they target.
+   */
+  SCHEDULE_GROUP_NAME: z.string().min(1).optional(),
+  SCHEDULER_ROLE_ARN: z.string().min(1).optional(),
+  RUN_QUEUE_ARN: z.string().min(1).optional(),
+  /** Set only locally and in tests: the scheduler stand-in's endpoint (bin/local/scheduler.ts). Unset in AWS. */
+  SCHEDULER_ENDPOINT: z.string().url().optional(),
   REGISTRY_TABLE: z.string().default('gateway-registry'),
   USAGE_TABLE: z.string().default('gateway-usage'),
   VESSELS_TABLE: z.string().default('gateway-vessels'),
@@ -46,6 +56,12 @@ const EnvSchema = z.object({
     .min(MAX_INVOCATION_SECONDS + 60, `must exceed the ${MAX_INVOCATION_SECONDS} s invocation limit by at least a minute`)
     .default(1_200),
   DEFAULT_MODEL: z.string().default('claude-sonnet-4-6'),
+  /**
+   * A waiting vessel whose trigger has not moved it for this long is re-driven by the reconciler (docs/incubate.md,
+   * "The table is the source of truth"). Longer than the longest capacity back-off (30 s), so a healthy wait is not
+   * re-driven; tests shorten it.
+   */
+  VESSEL_REDRIVE_AFTER_SECONDS: z.coerce.number().int().min(1).default(120),
   /** `1` lets outbound calls reach loopback: tests and the local runtime only, never the stack (contract.md). */
   ALLOW_LOOPBACK_URLS: z.string().optional().transform((v) => v === '1'),
 });

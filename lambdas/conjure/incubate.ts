@@ -1,3 +1,4 @@
+import type { z } from 'zod';
 import { checkedRunOptions } from '../agent/admitted-run.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
@@ -68,7 +69,7 @@ export async function handleBatch(req: Request): Promise<Response> {
     const fail = (code: string, message: string) => (entries[index] = { index, idempotencyKey: key, status: 'failed', error: { code, message } });
     if (isObject(raw) && raw.idempotencyKey === undefined) return fail('missing_idempotency_key', `items.${index}.idempotencyKey is required`);
     const item = BatchItem.safeParse(raw);
-    if (!item.success) return fail('invalid_request', `items.${index}.${describeIssue(item.error)}`.replace(`items.${index}.items`, 'items'));
+    if (!item.success) return fail('invalid_request', itemProblem(index, item.error));
     if (seen.has(item.data.idempotencyKey)) return fail('duplicate_idempotency_key', `items.${index}: idempotencyKey "${item.data.idempotencyKey}" appears earlier in this batch`);
     seen.add(item.data.idempotencyKey);
     work.push(async () => {
@@ -156,6 +157,12 @@ async function bearerCallerOrNone(req: Request): Promise<Caller | undefined> {
 }
 
 const refusalText = (r: Refusal) => ('message' in r ? r.message : r.kind);
+
+/** An item's first problem under its path in the batch: "items.4.message: …", "items.5: Unrecognized key: …". */
+function itemProblem(index: number, error: z.ZodError): string {
+  const issue = error.issues[0];
+  return `${['items', index, ...(issue?.path ?? [])].map(String).join('.')}: ${issue?.message ?? 'Invalid item'}`;
+}
 
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);

@@ -42,6 +42,17 @@ export interface FunctionAccess {
   readonly providers: boolean;
   /** Queues it may send to (`sqs:SendMessage`, and the queue's URL in its environment). */
   readonly queues: readonly QueueName[];
+  /**
+   * It creates and deletes one-time EventBridge Scheduler schedules in the gateway's group, delivered to the run
+   * queue (`scheduler:CreateSchedule`/`DeleteSchedule` there, `iam:PassRole` of the delivery role, and
+   * SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, RUN_QUEUE_ARN in its environment: lambdas/scheduling/scheduler.ts).
+   */
+  readonly scheduler?: boolean;
+  /**
+   * It encrypts with the provider-keys key (`kms:Encrypt` only, and PROVIDER_KEYS_KMS_KEY_ID in its environment), as
+   * keyCipher() does for provider keys: webhook callback secrets are stored that way. Decrypting is `providers`'.
+   */
+  readonly encrypts?: boolean;
 }
 
 export interface FunctionSpec {
@@ -72,11 +83,13 @@ export const FUNCTIONS = [
   {
     id: 'ConjureApi',
     entry: 'lambdas/handlers/conjure-api.ts',
-    description: 'Prompt gateway conjure REST API (/usage; /incubate later)',
+    description: 'Prompt gateway conjure REST API (/usage, /incubate)',
     memoryMb: 512,
     timeoutSeconds: 29,
     trigger: { kind: 'rest', routes: CONJURE_ROUTES },
-    access: { tables: LEDGER, providers: false, queues: [] },
+    // Vessels: /incubate creates and cancels them; the run queue and the scheduler start them (now, within 15
+    // minutes, or later); encrypts: a callback's secret is stored encrypted.
+    access: { tables: { ...LEDGER, Vessels: 'readwrite' }, providers: false, queues: ['run'], scheduler: true, encrypts: true },
   },
   {
     id: 'Prompt',
@@ -87,6 +100,28 @@ export const FUNCTIONS = [
     trigger: { kind: 'streaming-url', paths: ['/prompt'] },
     // Leases: the developer's concurrency; providers: the model calls; no queue.
     access: { tables: { ...LEDGER, Leases: 'readwrite' }, providers: true, queues: [] },
+  },
+  {
+    id: 'VesselExecutor',
+    entry: 'lambdas/handlers/vessel-executor.ts',
+    description: 'Prompt gateway vessel executor (runs incubated vessels from the run queue)',
+    memoryMb: 1024,
+    timeoutSeconds: 900,
+    // One vessel per invocation (the run queue's batch size); at most 20 at once across all developers.
+    trigger: { kind: 'sqs', queue: 'run', maxConcurrency: 20 },
+    // Leases: the developer's concurrency; run: a vessel put back until due or capacity; webhook: its callback.
+    access: { tables: { ...LEDGER, Vessels: 'readwrite', Leases: 'readwrite' }, providers: true, queues: ['run', 'webhook'], scheduler: false },
+  },
+  {
+    id: 'VesselReconciler',
+    entry: 'lambdas/handlers/vessel-reconciler.ts',
+    description: 'Prompt gateway vessel reconciler (re-drives stuck vessels every minute)',
+    memoryMb: 256,
+    timeoutSeconds: 60,
+    trigger: { kind: 'schedule', expression: 'rate(1 minute)' },
+    // Leases read: whether an executing vessel's executor still holds its lease; scheduler: it removes the schedule
+    // of a vessel it fails; run: re-drives; webhook: the callback of a vessel it fails.
+    access: { tables: { Vessels: 'readwrite', Leases: 'read', Registry: 'read' }, providers: false, queues: ['run', 'webhook'], scheduler: true },
   },
 ] as const satisfies readonly FunctionSpec[];
 

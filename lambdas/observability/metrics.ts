@@ -13,6 +13,8 @@ export const GATEWAY_METRICS = {
   UpstreamLatency: { unit: MetricUnit.Milliseconds, meaning: 'Time the provider call took to answer, before any streamed body' },
   LedgerErrors: { unit: MetricUnit.Count, meaning: 'A usage-ledger write (reservation or settlement) failed: spend may be unaccounted for' },
   UsageEstimated: { unit: MetricUnit.Count, meaning: "One per answer charged from the gateway's own token count because the provider's usage was not trustworthy" },
+  VesselTriggers: { unit: MetricUnit.Count, meaning: 'One per run-queue message the vessel executor handled (started, put back, waited or dropped)' },
+  VesselsReconciled: { unit: MetricUnit.Count, meaning: 'Vessels one reconciler run acted on (re-driven, retried, failed, canceled, handed off); 0 when every vessel moved on its own' },
 } as const;
 
 export type GatewayMetricName = keyof typeof GATEWAY_METRICS;

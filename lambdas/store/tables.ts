@@ -1,6 +1,26 @@
+/** A key attribute: its name and DynamoDB type (`S` string, `N` number). */
+export interface KeyAttribute {
+  readonly name: string;
+  readonly type: 'S' | 'N';
+}
+
+/**
+ * A global secondary index. Projection ALL: a query reads whole items, never the table again. Sparse by nature: an
+ * item appears in the index only while it has the index's key attributes, so removing one of them takes it out.
+ */
+export interface IndexSpec {
+  readonly name: string;
+  readonly partitionKey: KeyAttribute;
+  readonly sortKey?: KeyAttribute;
+  readonly projection: 'ALL';
+}
+
+/** The Vessels table's index of the vessels the reconciler still watches (lambdas/vessels/reconciler.ts). */
+export const VESSELS_RECONCILE_INDEX = 'reconcile';
+
 /**
  * The one description of every DynamoDB table. The CDK stack builds its tables from it and the local runtime
- * creates the same tables in DynamoDB Local, so the two can never disagree on keys or TTL attributes.
+ * creates the same tables in DynamoDB Local, so the two can never disagree on keys, indexes or TTL attributes.
  */
 export interface TableSpec {
   /** Logical name, also the CDK construct id. */
@@ -11,6 +31,8 @@ export interface TableSpec {
   readonly sortKey?: string;
   /** Attribute DynamoDB's TTL deletes expired items by (epoch seconds). */
   readonly ttlAttribute?: string;
+  /** Global secondary indexes (the stack and DynamoDB Local build the same ones). */
+  readonly indexes?: readonly IndexSpec[];
   readonly purpose: string;
 }
 
@@ -33,6 +55,16 @@ export const TABLES: readonly TableSpec[] = [
     envVar: 'VESSELS_TABLE',
     partitionKey: 'pk',
     ttlAttribute: 'expiresAt',
+    indexes: [
+      {
+        // Sparse: only items carrying both reconcileShard and reconcileAt (a number it sorts by) are in it — the
+        // vessels that still need watching; a vessel drops out when it stops carrying them.
+        name: VESSELS_RECONCILE_INDEX,
+        partitionKey: { name: 'reconcileShard', type: 'S' },
+        sortKey: { name: 'reconcileAt', type: 'N' },
+        projection: 'ALL',
+      },
+    ],
     purpose: 'incubated runs and their idempotency keys',
   },
   {

@@ -90,7 +90,8 @@ export async function enqueueVessel(request: VesselRequest, item: { message: str
           kind: 'refused',
           refusal: {
             kind: 'idempotency_key_conflict',
-            message: `idempotencyKey "${item.idempotencyKey}" was already used with a different request body (vessel ${existing.vesselId}); use a new key for a new request`,
+            // Never the other vessel's id: the key may be another user's (docs/incubate.md, "Idempotency").
+            message: `idempotencyKey "${item.idempotencyKey}" was already used with a different request body or by another user; use a new key for a new request`,
           },
         };
       }

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
 import type { RunResult } from '../agent/run.ts';
 import { logger } from '../observability/logger.ts';
+import { emit } from '../observability/metrics.ts';
 import { admitRun, withdrawAdmission, type RunAdmission } from '../plans/admission.ts';
 import { LEASE_TTL_MS } from '../plans/leases.ts';
 import { messageOf } from '../refusals/anthropic.ts';
@@ -37,6 +38,7 @@ export function capacityBackoffSeconds(waits: number, random = Math.random()): n
 }
 
 export async function processRunMessage(body: unknown): Promise<void> {
+  emit('VesselTriggers', 1);
   const parsed = RunMessage.safeParse(body);
   if (!parsed.success) {
     // Not a trigger this consumer understands: retrying would not change it.
@@ -80,7 +82,7 @@ export async function processRunMessage(body: unknown): Promise<void> {
 
 /** No room, or no budget: wait for capacity, or end the vessel with the reason. */
 async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refusal, now: Date): Promise<void> {
-  if (refusal.kind === 'concurrent_limit_reached') {
+  if (refusal.kind === 'concurrent_limit_reached' || onlyHeld(refusal)) {
     if (vessel.status === 'PENDING') {
       await moveVessel(vessel.vesselId, { to: 'QUEUED', from: 'PENDING', when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } }, now });
     }
@@ -105,6 +107,18 @@ async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refus
     output: endedWithoutRun(subtype, text),
     now,
   });
+}
+
+/**
+ * The user's budget is not spent, only held by their runs in flight (each run holds the compute it may use): room
+ * comes back when they end, so the vessel waits for it as for capacity instead of failing. Spent is when a meter's
+ * settled use has reached its budget.
+ */
+function onlyHeld(refusal: Refusal): boolean {
+  if (refusal.kind === 'budget_held') return true;
+  if (refusal.kind !== 'budget_exhausted') return false;
+  const { ai, compute } = refusal.budget;
+  return ai.used < ai.budget && compute.used < compute.budget;
 }
 
 /** Runs an EXECUTING vessel to its end, under its admission, watched for a cancel. */

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
+import { emit } from '../observability/metrics.ts';
 import { VESSELS_RECONCILE_INDEX } from '../store/tables.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { endVessel, handOff } from './end.ts';
@@ -53,7 +54,9 @@ export async function reconcileVessels(now = new Date()): Promise<ReconcileRepor
       );
     }
   }
-  if (Object.values(report).some((n) => n > 0)) logger.info('vessels reconciled', { ...report });
+  const acted = Object.values(report).reduce((a, b) => a + b, 0);
+  emit('VesselsReconciled', acted);
+  if (acted > 0) logger.info('vessels reconciled', { ...report });
   return report;
 }
 

@@ -69,6 +69,8 @@ export interface StoredVessel {
   cancelRequested?: boolean;
   output?: VesselOutput;
   callback?: StoredCallback;
+  /** When the callback was put on the webhook queue (epoch ms); until then the reconciler watches for the hand-off. */
+  callbackHandedOffAt?: number;
   /** The one-time schedule that will deliver the trigger, when due later than SQS can delay. */
   scheduleName?: string;
   /** Present while the reconciler must watch the vessel (the table's `reconcile` index). */

@@ -61,7 +61,8 @@ export class GatewayScheduling extends Construct {
     fn.addEnvironment('SCHEDULE_GROUP_NAME', this.groupName);
     fn.addEnvironment('SCHEDULER_ROLE_ARN', this.role.roleArn);
     fn.addEnvironment('RUN_QUEUE_ARN', this.runQueue.queueArn);
-    Validations.of(fn).acknowledge({
+    // On the role, whose policy holds the statement (a GatewayFunction's role is not a child of its function).
+    Validations.of(fn.role ?? fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/${this.groupName}/*]`,
       reason:
         'Schedule names are generated per vessel at run time, so the grant names the gateway\'s schedule group ' +

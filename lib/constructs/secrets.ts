@@ -1,5 +1,6 @@
 import { Validations } from 'aws-cdk-lib';
 import * as kms from 'aws-cdk-lib/aws-kms';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
 import { removalPolicyFor } from './lifecycle.ts';
@@ -12,7 +13,8 @@ export interface GatewaySecretsProps {
 /**
  * The two secrets the gateway holds:
  * - a KMS key (yearly rotation) that encrypts projects' provider keys. The operator CLI encrypts with it from
- *   outside AWS; in AWS only the channeling function may use it, and only to Decrypt.
+ *   outside AWS. In AWS the functions that call providers may only Decrypt with it (`providers` in the manifest),
+ *   and the functions that store webhook callback secrets with the same cipher may only Encrypt (`encrypts`).
  * - the Secrets Manager secret with the service's own Anthropic key. It is created without a value; the operator
  *   puts the key into it once (docs/deploy.md), and replaces it to rotate.
  */
@@ -43,5 +45,15 @@ export class GatewaySecrets extends Construct {
         'The secret holds an Anthropic API key, which only the Anthropic console can issue: there is no rotation Lambda ' +
         'that could mint a new one. Operators rotate it by hand (docs/deploy.md, "Rotating secrets").',
     });
+  }
+
+  /**
+   * Lets `fn` encrypt with the provider-keys key — `kms:Encrypt` and nothing else: no Decrypt, no ReEncrypt or data
+   * keys, which CDK's grantEncrypt would add — and tells it the key (PROVIDER_KEYS_KMS_KEY_ID), so keyCipher()
+   * (lambdas/registry/key-cipher.ts) uses KMS.
+   */
+  grantEncrypt(fn: lambda.Function): void {
+    this.providerKeysKey.grant(fn, 'kms:Encrypt');
+    fn.addEnvironment('PROVIDER_KEYS_KMS_KEY_ID', this.providerKeysKey.keyArn);
   }
 }

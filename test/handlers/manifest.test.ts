@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { functionForPath, localFunctions, matchesResourcePath } from '../../bin/local/runtime.ts';
+import { DEFAULT_SQS_CONCURRENCY, functionForPath, localFunctions, matchesResourcePath, rateIntervalMs } from '../../bin/local/runtime.ts';
 import { CONJURE_ROUTES } from '../../lambdas/conjure/routes.ts';
 import { FUNCTIONS, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { queueSpec } from '../../lambdas/store/queues.ts';
@@ -93,7 +93,23 @@ describe('one manifest of functions', () => {
         case 'sqs': {
           const mappings = Object.values(resources).filter((r) => r.Type === 'AWS::Lambda::EventSourceMapping' && JSON.stringify(r.Properties?.FunctionName).includes(logicalId));
           expect(mappings).toHaveLength(1);
-          expect(served.kind === 'sqs' && served.batchSize).toBe(spec.trigger.batchSize ?? queueSpec(spec.trigger.queue).batchSize);
+          const batchSize = spec.trigger.batchSize ?? queueSpec(spec.trigger.queue).batchSize;
+          expect(mappings[0]!.Properties).toMatchObject({ BatchSize: batchSize, FunctionResponseTypes: ['ReportBatchItemFailures'] });
+          expect(mappings[0]!.Properties?.ScalingConfig).toEqual(spec.trigger.maxConcurrency ? { MaximumConcurrency: spec.trigger.maxConcurrency } : undefined);
+          expect(served.kind === 'sqs' && served.batchSize).toBe(batchSize);
+          // Locally as many pollers as the deployed event source may run invocations (Lambda's starting five when unset).
+          expect(served.kind === 'sqs' && served.maxConcurrency).toBe(spec.trigger.maxConcurrency ?? DEFAULT_SQS_CONCURRENCY);
+          break;
+        }
+        case 'schedule': {
+          const rules = Object.values(resources).filter(
+            (r) => r.Type === 'AWS::Events::Rule' && JSON.stringify(r.Properties?.Targets).includes(JSON.stringify({ 'Fn::GetAtt': [logicalId, 'Arn'] })),
+          );
+          expect(rules.map((r) => [r.Properties?.ScheduleExpression, r.Properties?.State])).toEqual([[spec.trigger.expression, 'ENABLED']]);
+          // EventBridge may invoke it, and only from its rule.
+          const permissions = Object.values(resources).filter((r) => r.Type === 'AWS::Lambda::Permission' && JSON.stringify(r.Properties?.FunctionName).includes(logicalId));
+          expect(permissions.map((p) => p.Properties?.Principal)).toEqual(['events.amazonaws.com']);
+          expect(served.kind === 'schedule' && served.intervalMs).toBe(rateIntervalMs(spec.trigger.expression));
           break;
         }
         default:
@@ -140,27 +156,32 @@ describe('the local runtime routes by the manifest', () => {
 
   it('a second REST function gets its own routes; the first keeps the unknown paths', () => {
     const extra: FunctionSpec = {
-      id: 'Incubate',
+      id: 'Archive',
       entry: 'lambdas/handlers/conjure-api.ts',
-      description: 'incubate',
+      description: 'archive',
       memoryMb: 512,
       timeoutSeconds: 29,
-      trigger: { kind: 'rest', routes: [{ method: 'GET', path: '/incubate/vessel/{id}' }] },
+      trigger: { kind: 'rest', routes: [{ method: 'GET', path: '/archive/{id}' }] },
       access: { tables: {}, providers: false, queues: [] },
     };
     const both = localFunctions([...FUNCTIONS, extra]);
-    expect(functionForPath(both, '/incubate/vessel/v_9')?.id).toBe('Incubate');
+    expect(functionForPath(both, '/archive/a_9')?.id).toBe('Archive');
     expect(functionForPath(both, '/usage')?.id).toBe('ConjureApi');
-    expect(functionForPath(both, '/incubate')?.id).toBe('ConjureApi');
-    expect(both.find((f) => f.id === 'Incubate')?.functionName).toBe('incubate');
-    expect(local.map((f) => f.functionName)).toEqual(FUNCTIONS.map((f) => (f.id === 'ConjureApi' ? 'conjure-api' : f.id.toLowerCase())));
+    expect(functionForPath(both, '/archive')?.id).toBe('ConjureApi');
+    expect(both.find((f) => f.id === 'Archive')?.functionName).toBe('archive');
+    expect(Object.fromEntries(local.map((f) => [f.id, f.functionName]))).toEqual({
+      Channeling: 'channeling',
+      ConjureApi: 'conjure-api',
+      Prompt: 'prompt',
+      VesselExecutor: 'vessel-executor',
+      VesselReconciler: 'vessel-reconciler',
+    });
   });
 
-  it.each([
-    ['websocket', { kind: 'websocket' }],
-    ['schedule', { kind: 'schedule', expression: 'rate(5 minutes)' }],
-  ] as const)('refuses, at startup, a manifest with a %s function (not served locally yet)', (kind, trigger) => {
-    const spec: FunctionSpec = { ...FUNCTIONS[0], id: 'Later', trigger, access: { tables: {}, providers: false, queues: [] } };
-    expect(() => localFunctions([...FUNCTIONS, spec])).toThrow(new RegExp(`does not serve ${kind} triggers yet.*Later`));
+  it('refuses, at startup, a manifest with a websocket function (not served locally yet) or a cron schedule', () => {
+    const later = (trigger: FunctionSpec['trigger']): FunctionSpec => ({ ...FUNCTIONS[0], id: 'Later', trigger, access: { tables: {}, providers: false, queues: [] } });
+    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'websocket' })])).toThrow(/does not serve websocket triggers yet.*Later/);
+    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'cron(0 3 * * ? *)' })])).toThrow(/Later.*not cron/);
+    expect(localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'rate(5 minutes)' })]).at(-1)).toMatchObject({ kind: 'schedule', intervalMs: 300_000 });
   });
 });

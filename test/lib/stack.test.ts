@@ -6,9 +6,9 @@ import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
+import { FUNCTIONS, type FunctionAccess, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { QUEUES, queueSpec } from '../../lambdas/store/queues.ts';
-import { TABLES } from '../../lambdas/store/tables.ts';
+import { TABLES, VESSELS_RECONCILE_INDEX } from '../../lambdas/store/tables.ts';
 import { buildGatewayApp, gatewayOptions } from '../../lib/app.ts';
 import { GatewayQueues } from '../../lib/constructs/queues.ts';
 import { GatewayScheduling } from '../../lib/constructs/scheduling.ts';
@@ -52,6 +52,9 @@ const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.T
 const logicalIdOf = (construct: IConstruct) =>
   stack.getLogicalId((CfnElement.isCfnElement(construct) ? construct : construct.node.defaultChild) as CfnElement);
 const fnArnOf = (construct: IConstruct) => ({ 'Fn::GetAtt': [logicalIdOf(construct), 'Arn'] });
+/** The environment variables of a gateway function. */
+const envOf = (f: { fn: IConstruct }) =>
+  ((resources[logicalIdOf(f.fn)]!.Properties?.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables ?? {}) as Record<string, unknown>;
 /** The logical id of the function URL that invokes `construct`'s function. */
 const urlIdOf = (construct: IConstruct) =>
   ofType('AWS::Lambda::Url').find(([, u]) => JSON.stringify(u.Properties?.TargetFunctionArn) === JSON.stringify(fnArnOf(construct)))![0];
@@ -104,6 +107,8 @@ describe('cdk-nag', () => {
         'AwsSolutions-APIG4',
         'AwsSolutions-COG4',
         'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]',
+        // The functions that schedule vessels may manage any schedule of the gateway's group (names are per vessel).
+        'AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/prompt-gateway-dev/*]',
         'AwsSolutions-L1',
         'AwsSolutions-SMG4',
         'PromptGateway-LambdaFunctionUrlAuth',
@@ -183,18 +188,25 @@ describe('IAM', () => {
     }
   });
 
-  it('channeling and prompt may Decrypt with the provider-keys key and nothing else of it; nobody may Encrypt', () => {
-    const providerCallers = [stack.channeling, stack.functionOf('Prompt')];
+  it('the functions that call providers may Decrypt with the provider-keys key, those that encrypt may Encrypt, nothing else of it', () => {
+    expect(FUNCTIONS.filter((f) => f.access.providers).map((f) => f.id)).toEqual(['Channeling', 'Prompt', 'VesselExecutor']);
+    expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).encrypts).map((f) => f.id)).toEqual(['ConjureApi']);
     const keyArn = { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] };
-    // Every kms: action of every policy, with the roles it is attached to: one Decrypt of the key for each caller.
+    // Every kms: action of every policy, with the roles it is attached to: exactly one statement per grant.
     const kmsGrants = iamStatements(resources)
       .filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('kms:')))
       .map(({ logicalId, statement }) => JSON.stringify({ roles: resources[logicalId]!.Properties?.Roles, action: statement.Action, resource: statement.Resource }))
       .sort();
-    expect(kmsGrants).toEqual(
-      providerCallers.map((f) => JSON.stringify({ roles: [{ Ref: logicalIdOf(f.role) }], action: 'kms:Decrypt', resource: keyArn })).sort(),
-    );
-    for (const f of providerCallers) {
+    const expected = FUNCTIONS.flatMap((f) => {
+      const access: FunctionAccess = f.access;
+      const roles = [{ Ref: logicalIdOf(stack.functionOf(f.id).role) }];
+      return [
+        ...(access.providers ? [JSON.stringify({ roles, action: 'kms:Decrypt', resource: keyArn })] : []),
+        ...(access.encrypts ? [JSON.stringify({ roles, action: 'kms:Encrypt', resource: keyArn })] : []),
+      ];
+    }).sort();
+    expect(kmsGrants).toEqual(expected);
+    for (const f of [stack.channeling, stack.functionOf('Prompt'), stack.functionOf('VesselExecutor')]) {
       template.hasResourceProperties('AWS::IAM::Policy', {
         Roles: [{ Ref: logicalIdOf(f.role) }],
         PolicyDocument: {
@@ -209,19 +221,27 @@ describe('IAM', () => {
         },
       });
     }
-    // The conjure function calls no provider: no key, no secret.
+    // The conjure function calls no provider: no Decrypt, no secret — it encrypts callback secrets, and knows the key.
     const conjureActions = roleStatements(resources, logicalIdOf(stack.conjure.role)).flatMap(({ statement }) => asArray(statement.Action));
-    expect(conjureActions.length).toBeGreaterThan(0);
-    expect(conjureActions.filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual([]);
+    expect(conjureActions.filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual(['kms:Encrypt']);
+    const conjureEnv = envOf(stack.conjure);
+    expect(conjureEnv.PROVIDER_KEYS_KMS_KEY_ID).toEqual(keyArn);
+    expect(conjureEnv.ANTHROPIC_API_KEY_SECRET_ARN).toBeUndefined();
+    // A function that neither calls providers nor encrypts is not told the key.
+    expect(envOf(stack.functionOf('VesselReconciler')).PROVIDER_KEYS_KMS_KEY_ID).toBeUndefined();
   });
 
-  it('only prompt may touch the Leases table, and it may read and write it', () => {
+  it('only prompt and the executor may write the Leases table, the reconciler may read it, nobody else may touch it', () => {
     const leasesId = logicalIdOf(stack.data.tables.Leases);
     const onLeases = ({ statement }: { statement: { Resource?: unknown } }) => JSON.stringify(statement.Resource ?? null).includes(`"${leasesId}"`);
-    const promptOnLeases = roleStatements(resources, logicalIdOf(stack.functionOf('Prompt').role)).filter(onLeases);
-    expect(promptOnLeases.flatMap(({ statement }) => asArray(statement.Action))).toEqual(
-      expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem']),
-    );
+    const leasesActionsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).filter(onLeases).flatMap(({ statement }) => asArray(statement.Action));
+    for (const id of ['Prompt', 'VesselExecutor']) {
+      expect(leasesActionsOf(id), id).toEqual(
+        expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem']),
+      );
+    }
+    expect(leasesActionsOf('VesselReconciler')).toEqual(expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query']));
+    expect(leasesActionsOf('VesselReconciler').filter((a) => /Put|Update|Delete|Write/.test(a))).toEqual([]);
     for (const f of [stack.channeling, stack.conjure]) {
       const statements = roleStatements(resources, logicalIdOf(f.role));
       // They do have table grants (Registry, Usage), just none on Leases.
@@ -229,8 +249,41 @@ describe('IAM', () => {
       expect(statements.filter(onLeases)).toEqual([]);
     }
     // Nor does any other policy of the stack name the table.
-    const promptRole = JSON.stringify([{ Ref: logicalIdOf(stack.functionOf('Prompt').role) }]);
-    expect(iamStatements(resources).filter(onLeases).filter(({ logicalId }) => JSON.stringify(resources[logicalId]!.Properties?.Roles) !== promptRole)).toEqual([]);
+    const allowed = new Set(['Prompt', 'VesselExecutor', 'VesselReconciler'].map((id) => JSON.stringify([{ Ref: logicalIdOf(stack.functionOf(id).role) }])));
+    expect(iamStatements(resources).filter(onLeases).filter(({ logicalId }) => !allowed.has(JSON.stringify(resources[logicalId]!.Properties?.Roles)))).toEqual([]);
+  });
+
+  it('each function may do exactly what its manifest access says, beyond its tables and its own logs', () => {
+    for (const spec of FUNCTIONS as readonly FunctionSpec[]) {
+      const { access, trigger } = spec;
+      const expected = [
+        ...(access.providers ? ['kms:Decrypt', 'secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'] : []),
+        ...(access.encrypts ? ['kms:Encrypt'] : []),
+        ...(access.queues.length ? ['sqs:SendMessage'] : []),
+        ...(access.scheduler ? ['iam:PassRole', 'scheduler:CreateSchedule', 'scheduler:DeleteSchedule'] : []),
+        // An SQS event source consumes its queue.
+        ...(trigger.kind === 'sqs' ? ['sqs:ChangeMessageVisibility', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage'] : []),
+      ];
+      const actions = roleStatements(resources, logicalIdOf(stack.functionOf(spec.id).role))
+        .flatMap(({ statement }) => asArray(statement.Action))
+        .filter((a) => !a.startsWith('dynamodb:') && !a.startsWith('logs:'));
+      expect([...new Set(actions)].sort(), spec.id).toEqual([...new Set(expected)].sort());
+      const env = envOf(stack.functionOf(spec.id));
+      for (const name of ['SCHEDULE_GROUP_NAME', 'SCHEDULER_ROLE_ARN']) expect(env[name] !== undefined, `${spec.id} ${name}`).toBe(access.scheduler === true);
+      for (const queue of QUEUES) expect(env[queue.envVar] !== undefined, `${spec.id} ${queue.envVar}`).toBe(access.queues.includes(queue.name));
+    }
+  });
+
+  it('a function with a table that has indexes may query those indexes by name, never index/*', () => {
+    const vessels = logicalIdOf(stack.data.tables.Vessels);
+    const indexArn = { 'Fn::Join': ['', [{ 'Fn::GetAtt': [vessels, 'Arn'] }, '/index/reconcile']] };
+    for (const spec of FUNCTIONS as readonly FunctionSpec[]) {
+      const statements = roleStatements(resources, logicalIdOf(stack.functionOf(spec.id).role)).map(({ statement }) => statement);
+      const onIndex = statements.filter((st) => JSON.stringify(st.Resource).includes('/index/'));
+      if (spec.access.tables.Vessels) expect(onIndex, spec.id).toEqual([{ Action: 'dynamodb:Query', Effect: 'Allow', Resource: indexArn }]);
+      else expect(onIndex, spec.id).toEqual([]);
+    }
+    expect(JSON.stringify(iamStatements(resources))).not.toContain('/index/*');
   });
 
   it('uses no AWS managed policy except API Gateway\'s account-level logging role', () => {
@@ -260,6 +313,46 @@ describe('data', () => {
       expect(table.Properties?.TimeToLiveSpecification).toBeUndefined();
     }
     expect(table.Properties?.DeletionProtectionEnabled).toBe(false);
+    // The indexes of TABLES, with their key types; none on demand needs throughput.
+    expect(table.Properties?.GlobalSecondaryIndexes).toEqual(
+      spec.indexes?.map((index) => ({
+        IndexName: index.name,
+        KeySchema: [
+          { AttributeName: index.partitionKey.name, KeyType: 'HASH' },
+          ...(index.sortKey ? [{ AttributeName: index.sortKey.name, KeyType: 'RANGE' }] : []),
+        ],
+        Projection: { ProjectionType: index.projection },
+      })),
+    );
+    for (const index of spec.indexes ?? []) {
+      for (const key of [index.partitionKey, ...(index.sortKey ? [index.sortKey] : [])]) {
+        expect(table.Properties?.AttributeDefinitions).toContainEqual({ AttributeName: key.name, AttributeType: key.type });
+      }
+    }
+  });
+
+  it('the Vessels table has the sparse reconcile index: reconcileShard (S), reconcileAt (N), projection ALL', () => {
+    const vessels = resources[logicalIdOf(stack.data.tables.Vessels)]!;
+    expect(VESSELS_RECONCILE_INDEX).toBe('reconcile');
+    expect(vessels.Properties?.GlobalSecondaryIndexes).toEqual([
+      {
+        IndexName: 'reconcile',
+        KeySchema: [
+          { AttributeName: 'reconcileShard', KeyType: 'HASH' },
+          { AttributeName: 'reconcileAt', KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'ALL' },
+      },
+    ]);
+    expect(vessels.Properties?.AttributeDefinitions).toEqual(
+      expect.arrayContaining([
+        { AttributeName: 'pk', AttributeType: 'S' },
+        { AttributeName: 'reconcileShard', AttributeType: 'S' },
+        { AttributeName: 'reconcileAt', AttributeType: 'N' },
+      ]),
+    );
+    const withIndexes = ofType('AWS::DynamoDB::Table').filter(([, t]) => t.Properties?.GlobalSecondaryIndexes);
+    expect(withIndexes.map(([id]) => id)).toEqual([logicalIdOf(stack.data.tables.Vessels)]);
   });
 
   it('production keeps data: deletion protection and RETAIN on tables, key, secret, queues and logs', () => {
@@ -415,6 +508,86 @@ describe('scheduler', () => {
   });
 });
 
+describe('vessels', () => {
+  const schedulingStatements = (id: string) => {
+    const groupArn = {
+      'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':scheduler:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':schedule/prompt-gateway-dev/*']],
+    };
+    return [
+      { Action: ['scheduler:CreateSchedule', 'scheduler:DeleteSchedule'], Effect: 'Allow', Resource: groupArn },
+      { Action: 'iam:PassRole', Effect: 'Allow', Resource: { 'Fn::GetAtt': [logicalIdOf(stack.scheduling.role), 'Arn'] } },
+    ].map((statement) => ({ id, statement }));
+  };
+  const statementsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).map(({ statement }) => ({ id, statement }));
+
+  it('conjure and the reconciler may create and delete schedules in the gateway\'s group only, handing them only the delivery role', () => {
+    for (const id of ['ConjureApi', 'VesselReconciler']) {
+      const statements = statementsOf(id);
+      for (const expected of schedulingStatements(id)) expect(statements).toContainEqual(expected);
+      expect(statements.filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a.startsWith('iam:')))).toEqual(schedulingStatements(id));
+      expect(envOf(stack.functionOf(id))).toMatchObject({
+        SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
+        SCHEDULER_ROLE_ARN: { 'Fn::GetAtt': [logicalIdOf(stack.scheduling.role), 'Arn'] },
+        RUN_QUEUE_ARN: { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] },
+        RUN_QUEUE_URL: { Ref: logicalIdOf(stack.queues.byName.run.queue) },
+      });
+    }
+    // The executor never schedules.
+    expect(statementsOf('VesselExecutor').filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a === 'iam:PassRole'))).toEqual([]);
+    expect(envOf(stack.functionOf('VesselExecutor')).SCHEDULE_GROUP_NAME).toBeUndefined();
+  });
+
+  it('conjure may send to the run queue only; the executor and the reconciler to the run and webhook queues', () => {
+    const queueArn = (name: 'run' | 'webhook') => ({ 'Fn::GetAtt': [logicalIdOf(stack.queues.byName[name].queue), 'Arn'] });
+    const sendsTo = (id: string) =>
+      statementsOf(id)
+        .filter(({ statement }) => asArray(statement.Action).includes('sqs:SendMessage'))
+        .flatMap(({ statement }) => asArray(statement.Resource as unknown));
+    expect(sendsTo('ConjureApi')).toEqual([queueArn('run')]);
+    expect(sendsTo('VesselExecutor')).toEqual([queueArn('run'), queueArn('webhook')]);
+    expect(sendsTo('VesselReconciler')).toEqual([queueArn('run'), queueArn('webhook')]);
+    expect(envOf(stack.conjure).WEBHOOK_QUEUE_URL).toBeUndefined();
+  });
+
+  it('the executor consumes the run queue one vessel per invocation, at most 20 at once, reporting partial batch failures', () => {
+    const executor = stack.functionOf('VesselExecutor');
+    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(executor.fn) }));
+    expect(mappings.map(([, m]) => m.Properties)).toEqual([
+      expect.objectContaining({
+        EventSourceArn: { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] },
+        BatchSize: 1,
+        FunctionResponseTypes: ['ReportBatchItemFailures'],
+        ScalingConfig: { MaximumConcurrency: 20 },
+      }),
+    ]);
+    expect(resources[logicalIdOf(executor.fn)]!.Properties).toMatchObject({ Timeout: 900, MemorySize: 1024 });
+    // The run queue has no other consumer.
+    const onRun = ofType('AWS::Lambda::EventSourceMapping').filter(
+      ([, m]) => JSON.stringify(m.Properties?.EventSourceArn) === JSON.stringify({ 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] }),
+    );
+    expect(onRun).toHaveLength(1);
+  });
+
+  it('the reconciler runs on an EventBridge rule every minute, which alone may invoke it', () => {
+    const reconciler = stack.functionOf('VesselReconciler');
+    const rules = ofType('AWS::Events::Rule');
+    expect(rules).toHaveLength(1);
+    const [ruleId, rule] = rules[0]!;
+    expect(rule.Properties).toMatchObject({
+      ScheduleExpression: 'rate(1 minute)',
+      State: 'ENABLED',
+      Targets: [expect.objectContaining({ Arn: fnArnOf(reconciler.fn) })],
+    });
+    template.hasResourceProperties('AWS::Lambda::Permission', {
+      Action: 'lambda:InvokeFunction',
+      FunctionName: fnArnOf(reconciler.fn),
+      Principal: 'events.amazonaws.com',
+      SourceArn: { 'Fn::GetAtt': [ruleId, 'Arn'] },
+    });
+    expect(resources[logicalIdOf(reconciler.fn)]!.Properties).toMatchObject({ Timeout: 60, MemorySize: 256 });
+  });
+});
+
 describe('conjure API', () => {
   it('GET /usage is proxied to the conjure function; the stage logs, throttles and validates', () => {
     template.hasResourceProperties('AWS::ApiGateway::Resource', { PathPart: 'usage' });
@@ -455,6 +628,10 @@ describe('observability', () => {
         'LedgerErrors',
         'PromptErrorRate',
         'PromptThrottles',
+        'VesselExecutorErrorRate',
+        'VesselExecutorThrottles',
+        'VesselReconcilerErrorRate',
+        'VesselReconcilerThrottles',
         'RunDeadLetterQueueDepth',
         'WebhookDeadLetterQueueDepth',
       ]
@@ -482,7 +659,7 @@ describe('observability', () => {
       });
     }
     expect(JSON.stringify(alarm('ConjureApi5xxRate'))).toContain('5XXError');
-    for (const fnId of ['Channeling', 'Prompt']) {
+    for (const fnId of ['Channeling', 'Prompt', 'VesselExecutor', 'VesselReconciler']) {
       const errorRate = JSON.stringify(alarm(`${fnId}ErrorRate`));
       expect(errorRate).toMatch(/"MetricName":"Errors".*"MetricName":"Invocations"|"MetricName":"Invocations".*"MetricName":"Errors"/);
       expect(errorRate).toContain(JSON.stringify({ Ref: logicalIdOf(stack.functionOf(fnId).fn) }));

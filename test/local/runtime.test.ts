@@ -12,8 +12,11 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { installAwsLambdaShim, isStreamingHandler } from '../../bin/local/awslambda-shim.ts';
 import { functionUrlEvent, readBody } from '../../bin/local/events.ts';
 import { pollQueue, sqsClient, sqsRecord, startLocalQueues, succeededMessages, type LocalQueues } from '../../bin/local/queues.ts';
-import { invokeStreaming, startGateway } from '../../bin/local/runtime.ts';
+import { invokeStreaming, localFunctions, rateIntervalMs, startGateway } from '../../bin/local/runtime.ts';
 import { LocalScheduler } from '../../bin/local/scheduler.ts';
+import { isScheduleConflict, scheduler } from '../../lambdas/scheduling/scheduler.ts';
+import { concurrentConsumer } from './fixtures/concurrent-consumer.ts';
+import { scheduledRecorder } from './fixtures/scheduled-recorder.ts';
 import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
 import { sqsQueueSender } from '../../lambdas/queues/sender.ts';
 import { QUEUES } from '../../lambdas/store/queues.ts';
@@ -29,6 +32,14 @@ function tmp(): string {
 afterAll(() => {
   for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
 });
+
+async function until(cond: () => boolean, timeoutMs = 8000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error('timed out waiting');
+    await sleep(25);
+  }
+}
 
 function serve(handler: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => Promise<void>): Promise<{ url: string; server: Server }> {
   const server = createServer((req, res) => void handler(req, res));
@@ -289,12 +300,18 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
     it('fires a due schedule exactly once, keeps a future one, cancels, and persists across instances', async () => {
       const queueUrl = await queueWithShortVisibility('rt-scheduled');
       const file = join(tmp(), 'schedules.json');
-      const now = Date.now();
+      // Schedules are kept to the second, as EventBridge's at() expressions are.
+      const now = Math.floor(Date.now() / 1000) * 1000;
       const s1 = new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl });
       await s1.schedule({ name: 'due', at: new Date(now - 1000), body: '{"vessel":"due"}' });
       await s1.schedule({ name: 'future', at: new Date(now + 3_600_000), body: '{"vessel":"future"}' });
       await s1.schedule({ name: 'doomed', at: new Date(now + 3_600_000), body: '{"vessel":"doomed"}' });
-      await expect(s1.schedule({ name: 'due', at: new Date(now), body: 'x' })).rejects.toMatchObject({ name: 'ConflictException', message: 'Schedule due already exists' });
+      const conflict = await s1.schedule({ name: 'due', at: new Date(now), body: 'x' }).catch((err: unknown) => err);
+      expect(isScheduleConflict(conflict)).toBe(true);
+      expect(conflict).toMatchObject({ name: 'ScheduleConflictError', scheduleName: 'due', message: 'Schedule due already exists' });
+      await s1.schedule({ name: 'millis', at: new Date(now + 3_600_999), body: 'm' });
+      expect(s1.pending().find((p) => p.name === 'millis')?.at).toBe(new Date(now + 3_600_000).toISOString());
+      await s1.cancel('millis');
       await s1.cancel('doomed');
       await s1.cancel('never-existed');
       expect(s1.pending().map((s) => s.name).sort()).toEqual(['due', 'future']);
@@ -345,7 +362,7 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
         got.push(...(await drain(queueUrl)));
         expect(got).toEqual(['soon']);
       } finally {
-        s.stop();
+        await s.stop();
       }
 
       const broken = new LocalScheduler({ sqs, targetQueueUrl: `${queues.endpoint}/000000000000/no-such-queue` });
@@ -426,6 +443,184 @@ describe('startGateway serves an sqs function of the manifest', () => {
     await expect(
       startGateway({ functions: [...FUNCTIONS, { ...FUNCTIONS[0], id: 'Sessions', trigger: { kind: 'websocket' } }] }),
     ).rejects.toThrow(/does not serve websocket triggers yet.*Sessions/);
+  });
+});
+
+describe('startGateway serves schedule functions, scales queue consumers out and gives handlers the scheduler', () => {
+  it('runs a schedule function at start-up and on its period, one run at a time, on demand with invokeScheduled; failures are logged, not fatal', async () => {
+    const recorder = scheduledRecorder();
+    const consumer = concurrentConsumer();
+    const errors: string[] = [];
+    const consoleError = console.error;
+    console.error = (...args: unknown[]) => void errors.push(args.map(String).join(' '));
+    const gw = await startGateway({
+      dynamoEndpoint: inject('dynamoEndpoint'),
+      tablePrefix: 'schedfn',
+      simulateUpstreams: true,
+      scheduleIntervalMs: 150,
+      functions: [
+        ...FUNCTIONS,
+        {
+          id: 'Recorder',
+          entry: 'test/local/fixtures/scheduled-recorder.ts',
+          description: 'records scheduled runs',
+          memoryMb: 256,
+          timeoutSeconds: 60,
+          trigger: { kind: 'schedule', expression: 'rate(1 minute)' },
+          access: { tables: {}, providers: false, queues: [] },
+        },
+        {
+          id: 'ConcurrentConsumer',
+          entry: 'test/local/fixtures/concurrent-consumer.ts',
+          description: 'records how many run at once',
+          memoryMb: 256,
+          timeoutSeconds: 30,
+          trigger: { kind: 'sqs', queue: 'webhook', batchSize: 1, maxConcurrency: 3 },
+          access: { tables: {}, providers: false, queues: [] },
+        },
+      ],
+    });
+    try {
+      expect(gw.functions.find((f) => f.id === 'Recorder')).toMatchObject({ kind: 'schedule', expression: 'rate(1 minute)', intervalMs: 60_000 });
+      // At start-up, as an EventBridge rule's ScheduledEvent, with the function's context.
+      await until(() => recorder.events.length >= 1);
+      expect(recorder.events[0]!.event).toMatchObject({
+        version: '0',
+        'detail-type': 'Scheduled Event',
+        source: 'aws.events',
+        account: '000000000000',
+        region: 'us-east-1',
+        resources: ['arn:aws:events:us-east-1:000000000000:rule/local-recorder'],
+        detail: {},
+      });
+      expect(recorder.events[0]!.event.time).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+      expect(recorder.events[0]!.functionName).toBe('recorder');
+      expect(recorder.events[0]!.remainingMs).toBeGreaterThan(59_000);
+      // Then on the period (shortened here).
+      await until(() => recorder.events.length >= 3);
+
+      // A run that takes longer than the period: the ticks meanwhile are skipped, never a second run at once.
+      let release!: () => void;
+      recorder.hold = new Promise((resolve) => (release = resolve));
+      await until(() => recorder.running === 1);
+      const held = recorder.events.length;
+      await sleep(500);
+      expect(recorder.events.length).toBe(held);
+      // invokeScheduled waits for the run in progress, then runs once more.
+      const invoked = gw.invokeScheduled('Recorder');
+      await sleep(100);
+      expect(recorder.events.length).toBe(held);
+      recorder.hold = undefined;
+      release();
+      await invoked;
+      expect(recorder.events.length).toBeGreaterThan(held);
+      expect(recorder.maxRunning).toBe(1);
+
+      // A failure rejects the on-demand run and is logged; the schedule goes on.
+      recorder.failNext = true;
+      await expect(gw.invokeScheduled('Recorder')).rejects.toThrow('scheduled run failed on purpose');
+      expect(errors.some((e) => e.includes('recorder (rate(1 minute)) failed') && e.includes('scheduled run failed on purpose'))).toBe(true);
+      const after = recorder.events.length;
+      await until(() => recorder.events.length > after);
+      await expect(gw.invokeScheduled('Channeling')).rejects.toThrow(/Channeling is not a schedule function.*Recorder/);
+      // The manifest's own schedule function is served too.
+      await gw.invokeScheduled('VesselReconciler');
+
+      // A queue consumer runs up to its maxConcurrency at once, no more.
+      const sender = sqsQueueSender();
+      for (let i = 0; i < 9; i++) await sender.send('webhook', { i });
+      await until(() => consumer.done.length === 9, 10_000);
+      expect(consumer.maxRunning).toBe(3);
+    } finally {
+      await gw.stop();
+      console.error = consoleError;
+    }
+    // Stopped: no more runs.
+    const stoppedAt = recorder.events.length;
+    await sleep(400);
+    expect(recorder.events.length).toBe(stoppedAt);
+    expect(recorder.running).toBe(0);
+  });
+
+  it('hands the handlers the scheduler stand-in: SCHEDULER_ENDPOINT, the local group and role, the run queue\'s fauxqs ARN', async () => {
+    let gw: Awaited<ReturnType<typeof startGateway>> | undefined;
+    try {
+      gw = await startGateway({ dynamoEndpoint: inject('dynamoEndpoint'), tablePrefix: 'schedenv', simulateUpstreams: true });
+      expect(gw.scheduler.endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      expect(process.env).toMatchObject({
+        SCHEDULER_ENDPOINT: gw.scheduler.endpoint,
+        SCHEDULE_GROUP_NAME: 'local',
+        SCHEDULER_ROLE_ARN: expect.stringMatching(/^arn:aws:iam::\d{12}:role\//),
+        RUN_QUEUE_ARN: gw.queues.arns.run,
+      });
+      expect(gw.queues.arns.run).toMatch(/:schedenv-run$/);
+      // What a handler's scheduler() creates lands in the stand-in, to the second, and is removed by cancel.
+      const at = new Date(Date.now() + 2 * 3_600_000);
+      await scheduler().schedule({ name: 'from-a-handler', at, body: '{"vesselId":"v"}' });
+      expect(gw.scheduler.pending()).toEqual([{ name: 'from-a-handler', at: `${at.toISOString().slice(0, 19)}.000Z`, body: '{"vesselId":"v"}' }]);
+      await expect(scheduler().schedule({ name: 'from-a-handler', at, body: 'x' })).rejects.toSatisfy(isScheduleConflict);
+      await scheduler().cancel('from-a-handler');
+      expect(gw.scheduler.pending()).toEqual([]);
+    } finally {
+      await gw?.stop();
+    }
+  });
+
+  it('refuses, at startup, a schedule it cannot follow (cron, or a rate EventBridge would refuse)', async () => {
+    const spec = (expression: string) => [...FUNCTIONS, { ...FUNCTIONS[0], id: 'Nightly', trigger: { kind: 'schedule' as const, expression } }];
+    await expect(startGateway({ functions: spec('cron(0 3 * * ? *)') })).rejects.toThrow(/Nightly.*rate\(…\) schedules only, not cron/);
+    expect(() => localFunctions(spec('rate(5 minute)'))).toThrow(/Nightly.*singular unit for 1 and the plural otherwise/);
+    expect(() => localFunctions(spec('rate(30 seconds)'))).toThrow(/Nightly.*minute\(s\), hour\(s\) or day\(s\)/);
+    expect(() => localFunctions(spec('every minute'))).toThrow(/Nightly.*not an EventBridge schedule expression/);
+  });
+});
+
+describe('rate expressions', () => {
+  it('are read as EventBridge reads them', () => {
+    expect(rateIntervalMs('rate(1 minute)')).toBe(60_000);
+    expect(rateIntervalMs('rate(5 minutes)')).toBe(300_000);
+    expect(rateIntervalMs('rate(1 hour)')).toBe(3_600_000);
+    expect(rateIntervalMs('rate(2 hours)')).toBe(7_200_000);
+    expect(rateIntervalMs('rate(1 day)')).toBe(86_400_000);
+    for (const bad of ['rate(0 minutes)', 'rate(1 minutes)', 'rate(2 minute)', 'rate(1 second)', 'rate(1.5 hours)', 'rate(1  minute)', 'rate(1 week)']) {
+      expect(() => rateIntervalMs(bad), bad).toThrow();
+    }
+  });
+});
+
+describe('pollQueue with concurrency', () => {
+  it('runs that many handlers at once, each receiving again only when its handler has finished', async () => {
+    const queues = await startLocalQueues('conc');
+    const sqs = sqsClient(queues.endpoint);
+    let running = 0;
+    let maxRunning = 0;
+    const bodies: string[] = [];
+    const poller = pollQueue({
+      client: sqs,
+      queueUrl: queues.urls.WEBHOOK_QUEUE_URL,
+      functionName: 'conc',
+      batchSize: 1,
+      concurrency: 4,
+      handler: async (event) => {
+        running++;
+        maxRunning = Math.max(maxRunning, running);
+        await sleep(250);
+        bodies.push(...event.Records.map((r) => r.body));
+        running--;
+      },
+    });
+    try {
+      for (let i = 0; i < 10; i++) await sqs.send(new SendMessageCommand({ QueueUrl: queues.urls.WEBHOOK_QUEUE_URL, MessageBody: String(i) }));
+      const deadline = Date.now() + 10_000;
+      while (bodies.length < 10 && Date.now() < deadline) await sleep(25);
+      expect(bodies.sort((a, b) => Number(a) - Number(b))).toEqual(Array.from({ length: 10 }, (_, i) => String(i)));
+      expect(maxRunning).toBe(4);
+    } finally {
+      await poller.stop();
+      sqs.destroy();
+      await queues.stop();
+    }
+    expect(() => pollQueue({ client: sqs, queueUrl: 'x', functionName: 'x', handler: async () => {}, concurrency: 0 })).toThrow(RangeError);
   });
 });
 
