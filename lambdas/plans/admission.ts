@@ -78,15 +78,22 @@ async function reserveRunCompute(caller: Caller, maxSeconds: number, now: Date):
   return userBudgetRefusal(caller, usage, now);
 }
 
-/** The interface's 429 for a spent user budget (either meter), with both meters' figures. */
+/**
+ * The interface's 429 when the user's budget cannot hold a run, with both meters' figures: `budget_exhausted` when a
+ * meter is spent (only the window's reset helps), `budget_held` when what is left is held by the user's runs in flight
+ * (worth retrying shortly: a vessel waits for it).
+ */
 export function userBudgetRefusal(caller: Caller, usage: WindowUsage, now: Date): Refusal {
   const figures = budgetFigures(caller, usage);
-  const spent = (['ai', 'compute'] as const).filter((m) => figures[m].remaining <= 0);
+  const spent = (['ai', 'compute'] as const).filter((m) => figures[m].used >= figures[m].budget);
+  if (spent.length === 0) {
+    return { kind: 'budget_held', message: `The user's budget for the current ${caller.budget.window} window is fully held by runs in flight; retry when they end`, budget: figures };
+  }
   const retryAfterSeconds = secondsToReset(usage, now);
   const what = spent.map((m) => (m === 'ai' ? `AI (${figures.ai.used} of ${figures.ai.budget} microdollars)` : `compute (${figures.compute.used} of ${figures.compute.budget} seconds)`));
   return {
     kind: 'budget_exhausted',
-    message: `The user's budget is used up for the current ${caller.budget.window} window: ${what.join(' and ') || 'fully held by runs in flight'}`,
+    message: `The user's budget is used up for the current ${caller.budget.window} window: ${what.join(' and ')}`,
     budget: figures,
     ...(retryAfterSeconds === undefined ? {} : { retryAfterSeconds }),
   };

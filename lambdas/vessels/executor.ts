@@ -82,7 +82,8 @@ export async function processRunMessage(body: unknown): Promise<void> {
 
 /** No room, or no budget: wait for capacity, or end the vessel with the reason. */
 async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refusal, now: Date): Promise<void> {
-  if (refusal.kind === 'concurrent_limit_reached' || onlyHeld(refusal)) {
+  // No room yet: the developer's slots are taken, or the user's budget is held by their own runs in flight.
+  if (refusal.kind === 'concurrent_limit_reached' || refusal.kind === 'budget_held') {
     if (vessel.status === 'PENDING') {
       await moveVessel(vessel.vesselId, { to: 'QUEUED', from: 'PENDING', when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } }, now });
     }
@@ -91,7 +92,7 @@ async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refus
     return;
   }
   const subtype =
-    refusal.kind === 'budget_exhausted' || refusal.kind === 'budget_held'
+    refusal.kind === 'budget_exhausted'
       ? 'error_user_budget_exhausted'
       : refusal.kind === 'developer_budget_exhausted'
         ? 'error_developer_budget_exhausted'
@@ -107,18 +108,6 @@ async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refus
     output: endedWithoutRun(subtype, text),
     now,
   });
-}
-
-/**
- * The user's budget is not spent, only held by their runs in flight (each run holds the compute it may use): room
- * comes back when they end, so the vessel waits for it as for capacity instead of failing. Spent is when a meter's
- * settled use has reached its budget.
- */
-function onlyHeld(refusal: Refusal): boolean {
-  if (refusal.kind === 'budget_held') return true;
-  if (refusal.kind !== 'budget_exhausted') return false;
-  const { ai, compute } = refusal.budget;
-  return ai.used < ai.budget && compute.used < compute.budget;
 }
 
 /** Runs an EXECUTING vessel to its end, under its admission, watched for a cancel. */

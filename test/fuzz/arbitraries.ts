@@ -308,8 +308,22 @@ export const methodArb = fc.oneof(
   },
 );
 
-export const ROUTE_TEMPLATES = ['/v1/messages', '/v1/messages/count_tokens', '/v1/models', '/v1/models/{id}', '/usage', '/prompt'] as const;
-const UNKNOWN_PATHS = ['/', '/v1/', '/v2/messages', '/v1/message', '/v1/messages/batches', '/v1/complete', '/messages', '/prompts', '/incubate', '/usage/x', '/v1/usage', '/favicon.ico', '/v1/models/a/b', '/%76%31/messages', '/v1/messages/count_tokens/x'];
+export const ROUTE_TEMPLATES = [
+  '/v1/messages',
+  '/v1/messages/count_tokens',
+  '/v1/models',
+  '/v1/models/{id}',
+  '/usage',
+  '/prompt',
+  '/incubate',
+  '/incubate/batch',
+  '/incubate/vessel/{id}',
+  '/incubate/vessel/{id}/cancel',
+] as const;
+const UNKNOWN_PATHS = [
+  '/', '/v1/', '/v2/messages', '/v1/message', '/v1/messages/batches', '/v1/complete', '/messages', '/prompts', '/incubates', '/incubate/vessel',
+  '/incubate/vessels/x', '/incubate/batches', '/usage/x', '/v1/usage', '/favicon.ico', '/v1/models/a/b', '/%76%31/messages', '/v1/messages/count_tokens/x',
+];
 
 /** Percent-encodings that do not decode: truncated, non-hex, invalid UTF-8, overlong, lone surrogate, bare '%'. */
 export const BAD_PERCENT = ['%FF', '%', '%zz', '%E0%A4', '%C0%AF', '%ED%A0%80', '%8', '%%', '%F4%90%80%80', '%C3'];

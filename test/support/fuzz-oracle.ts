@@ -14,12 +14,12 @@ import { MODELS, validLimit } from '../fuzz/arbitraries.ts';
  */
 
 export type App = 'proxy' | 'conjure' | 'either';
-export type RouteName = 'messages' | 'count_tokens' | 'models' | 'model' | 'usage' | 'prompt';
+export type RouteName = 'messages' | 'count_tokens' | 'models' | 'model' | 'usage' | 'prompt' | 'incubate' | 'incubate_batch' | 'vessel' | 'vessel_cancel';
 
 export interface PathInfo {
   app: App;
   route?: RouteName;
-  /** The raw (still percent-encoded) {id} of GET /v1/models/{id}. */
+  /** The raw (still percent-encoded) {id} of GET /v1/models/{id}, or the {vesselId} of a vessel route. */
   id?: string;
   query: string;
   /** Some percent-encoding in the path does not decode (`%FF`, `%`, `%zz`). */
@@ -33,8 +33,23 @@ const ROUTES: [RegExp, RouteName][] = [
   [/^\/v1\/models\/([^/]+)\/?$/, 'model'],
   [/^\/usage\/?$/, 'usage'],
   [/^\/prompt\/?$/, 'prompt'],
+  [/^\/incubate\/?$/, 'incubate'],
+  [/^\/incubate\/batch\/?$/, 'incubate_batch'],
+  [/^\/incubate\/vessel\/([^/]+)\/?$/, 'vessel'],
+  [/^\/incubate\/vessel\/([^/]+)\/cancel\/?$/, 'vessel_cancel'],
 ];
-export const ROUTE_METHOD: Record<RouteName, string> = { messages: 'POST', count_tokens: 'POST', models: 'GET', model: 'GET', usage: 'GET', prompt: 'POST' };
+export const ROUTE_METHOD: Record<RouteName, string> = {
+  messages: 'POST',
+  count_tokens: 'POST',
+  models: 'GET',
+  model: 'GET',
+  usage: 'GET',
+  prompt: 'POST',
+  incubate: 'POST',
+  incubate_batch: 'POST',
+  vessel: 'GET',
+  vessel_cancel: 'POST',
+};
 
 const decodes = (s: string): boolean => {
   try {
@@ -138,6 +153,16 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
       // The token travels in the body (options.token), so headers do not authorise: a fuzzed body is refused as bad
       // input, as unauthenticated, or as too large — never run, never a 5xx (docs/prompt.md).
       return { statuses: [400, 401, 413], why: 'POST /prompt with a fuzzed body' };
+    case 'incubate':
+    case 'incubate_batch':
+      // As /prompt: the token is options.token in the body (docs/incubate.md), which no fuzzed body carries valid, so
+      // the answer is a refusal of the body or of the token — never queued, never a 5xx.
+      return { statuses: [400, 401, 413], why: `POST /incubate${info.route === 'incubate_batch' ? '/batch' : ''} with a fuzzed body` };
+    case 'vessel':
+    case 'vessel_cancel':
+      // No fuzzed id names a vessel, and whoever asks, a vessel the token may not see is the same 404
+      // (docs/incubate.md, "The record"); a path segment that does not decode is a 400 (docs/contract.md, Limits).
+      return { statuses: info.malformed ? [400, 404] : [404], why: `${info.route === 'vessel' ? 'status' : 'cancel'} of a vessel that does not exist` };
     default:
       throw new Error(`unhandled route ${info.route}`);
   }
