@@ -157,18 +157,8 @@ export async function moveVessel(
   },
 ): Promise<VesselWrite> {
   const t = VesselStates.transition(move.to, { from: move.from });
-  const update = updateClauses({ ...move.set, updatedAt: move.now.getTime() }, move.remove, [t.set]);
-  return asVesselWrite(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: vesselKey(vesselId),
-      UpdateExpression: update.expression,
-      ConditionExpression: move.when ? `${t.condition} AND ${move.when.expression}` : t.condition,
-      ExpressionAttributeNames: { ...t.names, ...update.names },
-      ExpressionAttributeValues: { ...t.values, ...update.values, ...move.when?.values },
-      ReturnValues: 'ALL_NEW',
-    }),
-  );
+  const condition = { expression: t.condition, names: t.names, values: t.values };
+  return writeVessel(vesselId, condition, move.when, updateClauses({ ...move.set, updatedAt: move.now.getTime() }, move.remove, [t.set]));
 }
 
 /**
@@ -180,15 +170,24 @@ export async function touchVessel(
   change: { status: VesselStatus | readonly VesselStatus[]; when?: { expression: string; values: Record<string, unknown> }; set: Record<string, unknown>; remove?: readonly string[]; now?: Date },
 ): Promise<VesselWrite> {
   const cond = VesselStates.statusIn(typeof change.status === 'string' ? [change.status as VesselStatus] : (change.status as readonly VesselStatus[]));
-  const update = updateClauses({ ...change.set, ...(change.now ? { updatedAt: change.now.getTime() } : {}) }, change.remove);
+  return writeVessel(vesselId, cond, change.when, updateClauses({ ...change.set, ...(change.now ? { updatedAt: change.now.getTime() } : {}) }, change.remove));
+}
+
+/** The one conditional UpdateItem of a vessel: the status condition, `when`, and the update; answers the vessel. */
+async function writeVessel(
+  vesselId: string,
+  status: { expression: string; names: Record<string, string>; values: Record<string, unknown> },
+  when: { expression: string; values: Record<string, unknown> } | undefined,
+  update: { expression: string; names: Record<string, string>; values: Record<string, unknown> },
+): Promise<VesselWrite> {
   return asVesselWrite(
     await conditionalUpdate({
       TableName: table(),
       Key: vesselKey(vesselId),
       UpdateExpression: update.expression,
-      ConditionExpression: change.when ? `${cond.expression} AND ${change.when.expression}` : cond.expression,
-      ExpressionAttributeNames: { ...cond.names, ...update.names },
-      ExpressionAttributeValues: { ...cond.values, ...update.values, ...change.when?.values },
+      ConditionExpression: when ? `${status.expression} AND ${when.expression}` : status.expression,
+      ExpressionAttributeNames: { ...status.names, ...update.names },
+      ExpressionAttributeValues: { ...status.values, ...update.values, ...when?.values },
       ReturnValues: 'ALL_NEW',
     }),
   );

@@ -3,6 +3,7 @@ import { ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { expect } from 'vitest';
 import { sqsClient } from '../../bin/local/queues.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
+import type { QueueResponse, VesselView } from '../../lambdas/vessels/record.ts';
 import type { TestGateway } from '../support/gateway.ts';
 
 /**
@@ -19,45 +20,9 @@ export interface Answer<T = Record<string, unknown>> {
   headers: Headers;
 }
 
-export interface VesselRecord {
-  vesselId: string;
-  status: 'PENDING' | 'QUEUED' | 'EXECUTING' | 'COMPLETED' | 'FAILED' | 'CANCELED';
-  taskIdentifier: string;
-  isCompleted: boolean;
-  isSuccess: boolean;
-  isFailed: boolean;
-  isCanceled: boolean;
-  idempotencyKey: string;
-  createdAt: string;
-  updatedAt: string;
-  scheduledFor: string;
-  attempts: number;
-  startedAt?: string;
-  completedAt?: string;
-  cancelRequested?: true;
-  callback?: { url: string; signed: boolean };
-  output?: {
-    success: boolean;
-    text: string;
-    result: {
-      type: 'result';
-      subtype: string;
-      total_cost_usd: number;
-      total_cost_microdollars: number;
-      usage: { input_tokens: number; output_tokens: number };
-      num_turns: number;
-      duration_secs: number;
-      model?: string;
-    };
-  };
-}
-
-export interface QueueResponse {
-  vesselId: string;
-  idempotencyKey: string;
-  status: 'queued';
-  scheduledFor: string;
-}
+/** The record and the queue response as the wire carries them (JSON: `cancelRequested` only ever true). */
+export type VesselRecord = VesselView;
+export type { QueueResponse };
 
 async function answer<T>(res: Response): Promise<Answer<T>> {
   const text = await res.text();
