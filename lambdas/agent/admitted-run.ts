@@ -53,6 +53,11 @@ export interface AdmittedRunInput {
   onEvent?: (event: RunEvent) => void;
   /** The lease could not be renewed (it expired or was taken away): the run should stop. */
   onLeaseLost?: (reason: 'expired' | 'not_held') => void;
+  /**
+   * Called once the lease is given back, with the developer whose slot it freed: the vessels waiting for that slot
+   * are woken here (vessels/park.ts `wakeParkedVessels`). Awaited; it must not throw.
+   */
+  onReleased?: (developerId: string) => Promise<unknown>;
 }
 
 export async function runAdmitted(input: AdmittedRunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
@@ -71,7 +76,10 @@ export async function runAdmitted(input: AdmittedRunInput): Promise<{ result: Ru
     });
   } finally {
     heartbeat.stop();
-    await Promise.allSettled([releaseLease(heartbeat.current()), chargeCompute(compute, admission.developerId, started)]);
+    await Promise.allSettled([
+      releaseLease(heartbeat.current()).then(() => input.onReleased?.(admission.developerId)),
+      chargeCompute(compute, admission.developerId, started),
+    ]);
   }
 }
 

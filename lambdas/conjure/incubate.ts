@@ -124,7 +124,7 @@ async function vesselRequest(
   // A vessel the developer's plan could not run is refused now, with the admission step's own 402.
   const plan = await developerPlan(caller, now);
   if (!plan.ok) throw new Refused(plan.refusal);
-  return { caller, options, callback: body.callback, stored: await storedCallback(caller, body.callback), ttl: body.ttl, executeAt: body.executeAt, due: due.at };
+  return { caller, developerId: plan.developer.developerId, options, callback: body.callback, stored: await storedCallback(caller, body.callback), ttl: body.ttl, executeAt: body.executeAt, due: due.at };
 }
 
 /**

@@ -98,8 +98,9 @@ export const FUNCTIONS = [
     memoryMb: 1024,
     timeoutSeconds: 900,
     trigger: { kind: 'streaming-url', paths: ['/prompt'] },
-    // Leases: the developer's concurrency; providers: the model calls; no queue.
-    access: { tables: { ...LEDGER, Leases: 'readwrite' }, providers: true, queues: [] },
+    // Leases: the developer's concurrency; providers: the model calls; Vessels and the run queue: a run's end wakes
+    // the developer's oldest vessel parked for its slot (lambdas/vessels/park.ts).
+    access: { tables: { ...LEDGER, Leases: 'readwrite', Vessels: 'readwrite' }, providers: true, queues: ['run'] },
   },
   {
     id: 'VesselExecutor',

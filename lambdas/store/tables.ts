@@ -17,6 +17,8 @@ export interface IndexSpec {
 
 /** The Vessels table's index of the vessels the reconciler still watches (lambdas/vessels/reconciler.ts). */
 export const VESSELS_RECONCILE_INDEX = 'reconcile';
+/** The Vessels table's index of the vessels waiting for a developer's capacity, oldest first (lambdas/vessels/park.ts). */
+export const VESSELS_PARKED_INDEX = 'parked';
 
 /**
  * The one description of every DynamoDB table. The CDK stack builds its tables from it and the local runtime
@@ -62,6 +64,14 @@ export const TABLES: readonly TableSpec[] = [
         name: VESSELS_RECONCILE_INDEX,
         partitionKey: { name: 'reconcileShard', type: 'S' },
         sortKey: { name: 'reconcileAt', type: 'N' },
+        projection: 'ALL',
+      },
+      {
+        // Sparse: the vessels parked until their developer has a free slot (parkedFor = the developer), in the
+        // order they started waiting; a vessel leaves it when it is woken, started or ended.
+        name: VESSELS_PARKED_INDEX,
+        partitionKey: { name: 'parkedFor', type: 'S' },
+        sortKey: { name: 'parkedAt', type: 'N' },
         projection: 'ALL',
       },
     ],

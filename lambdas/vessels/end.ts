@@ -23,7 +23,7 @@ export async function endVessel(
     from: end.from,
     ...(end.when ? { when: end.when } : {}),
     set: { ...endedAttributes(end.output, end.now), ...watch },
-    remove: ['runId', ...(vessel.callback ? [] : ['reconcileShard', 'reconcileAt'])],
+    remove: ['runId', 'parkedFor', ...(vessel.callback ? [] : ['reconcileShard', 'reconcileAt'])],
     now: end.now,
   });
   if (!moved.ok) return undefined;

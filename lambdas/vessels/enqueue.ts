@@ -19,6 +19,8 @@ import { env } from '../config/env.ts';
 /** What every vessel of one request shares. */
 export interface VesselRequest {
   caller: Caller;
+  /** The caller's project's developer (the admission step's plan check found it). */
+  developerId: string;
   /** Checked options (agent/admitted-run.ts `checkedRunOptions`), without the token. */
   options: RunOptions & { model: string };
   /** As the caller sent it (the fingerprint covers it). */
@@ -62,6 +64,7 @@ export async function enqueueVessel(request: VesselRequest, item: { message: str
     vesselId,
     projectId: caller.projectId,
     userId: caller.userId,
+    developerId: request.developerId,
     caller,
     message: item.message,
     options: request.options,

@@ -10,6 +10,7 @@ import type { Refusal } from '../refusals/refusal.ts';
 import { endVessel } from './end.ts';
 import { endedWithoutRun, runOutput, type StoredVessel } from './record.ts';
 import { isWaiting } from './states.ts';
+import { parkVessel, wakeParkedVessels } from './park.ts';
 import { getVessel, moveVessel } from './store.ts';
 import { RunMessage, sendRunMessage } from './trigger.ts';
 import { watchExecution } from './watch.ts';
@@ -19,20 +20,22 @@ import { watchExecution } from './watch.ts';
  * what to do:
  * - gone, ended, already executing, or a stale trigger → nothing (a duplicate delivery never runs a vessel twice);
  * - early → put back with the remaining delay (a second or less is waited out here);
- * - due → the admission step (plan, lease, the user's budget): no room → QUEUED, and the message comes back after a
- *   growing, jittered back-off (a new message, so waiting never counts as a failed receive); a spent budget → FAILED;
+ * - due → the admission step (plan, lease, the user's budget): every slot taken → parked in the developer's line
+ *   (park.ts: no message left in the queue; woken when a run of the developer ends); the user's budget only held by
+ *   their runs in flight → the message comes back after a growing, jittered back-off (a new message, so waiting never
+ *   counts as a failed receive); a spent budget or plan → FAILED;
  * - admitted → one conditional move to EXECUTING, then the /prompt agent runtime under the admission, watched for a
  *   cancel; the end is one conditional move to COMPLETED, FAILED or CANCELED (only by this execution).
  */
 
 /** An early message closer than this to its time is waited out in the executor instead of being put back. */
 const WAIT_OUT_MS = 1_500;
-/** Capacity back-off: 1 s, doubling per wait, at most 30 s, jittered between half and all of it. */
+/** Back-off while the user's budget is held: 1 s, doubling per wait, at most 30 s, jittered between half and all of it. */
 const BACKOFF_MAX_SECONDS = 30;
 /** Tries at writing a run's end before the message is failed (and the reconciler takes over). */
 const END_WRITE_ATTEMPTS = 4;
 
-export function capacityBackoffSeconds(waits: number, random = Math.random()): number {
+export function heldBudgetBackoffSeconds(waits: number, random = Math.random()): number {
   const base = Math.min(BACKOFF_MAX_SECONDS, 2 ** Math.min(waits, 10));
   return Math.max(1, Math.ceil(base / 2 + (random * base) / 2));
 }
@@ -58,9 +61,21 @@ export async function processRunMessage(body: unknown): Promise<void> {
 
   const now = new Date();
   const admission = await admitRun(vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, now);
-  if (!admission.ok) return refused(vessel, message, admission.refusal, now);
+  if (admission.ok) return start(vessel, admission, now);
+  if (admission.refusal.kind !== 'concurrent_limit_reached') return refused(vessel, message, admission.refusal, now);
 
-  const start = await moveVessel(vessel.vesselId, {
+  // Every slot is taken: park it, no message left behind (park.ts). A slot freed between the refusal and the park
+  // would wake nobody, so once parked it looks once more.
+  const parked = await parkVessel(vessel, vessel.developerId, now);
+  if (!parked.ok) return;
+  const again = await admitRun(parked.vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, new Date());
+  if (again.ok) return start(parked.vessel, again, new Date());
+  // Still no room: it waits in the line, woken when a run of the developer ends (or by the reconciler).
+}
+
+/** Moves an admitted vessel to EXECUTING (only from the trigger it was read with) and runs it. */
+async function start(vessel: StoredVessel, admission: Extract<RunAdmission, { ok: true }>, now: Date): Promise<void> {
+  const started = await moveVessel(vessel.vesselId, {
     to: 'EXECUTING',
     from: ['PENDING', 'QUEUED'],
     when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } },
@@ -70,25 +85,26 @@ export async function processRunMessage(body: unknown): Promise<void> {
       attempts: vessel.attempts + 1,
       reconcileAt: now.getTime() + LEASE_TTL_MS,
     },
+    remove: ['parkedFor', 'parkedAt'],
     now,
   });
-  if (!start.ok) {
-    // Canceled, or started by another delivery, between the read and the move.
+  if (!started.ok) {
+    // Canceled, or started by another delivery, between the read and the move: the slot goes to the next in line.
     await withdrawAdmission(admission);
+    await wakeParkedVessels(admission.developerId);
     return;
   }
-  await execute(start.vessel, admission, now.getTime());
+  await execute(started.vessel, admission, now.getTime());
 }
 
-/** No room, or no budget: wait for capacity, or end the vessel with the reason. */
+/** No room in the user's budget (held by their runs in flight: wait; spent: end), or no plan: the vessel ends. */
 async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refusal, now: Date): Promise<void> {
-  // No room yet: the developer's slots are taken, or the user's budget is held by their own runs in flight.
-  if (refusal.kind === 'concurrent_limit_reached' || refusal.kind === 'budget_held') {
+  if (refusal.kind === 'budget_held') {
     if (vessel.status === 'PENDING') {
       await moveVessel(vessel.vesselId, { to: 'QUEUED', from: 'PENDING', when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } }, now });
     }
     const waits = (message.waits ?? 0) + 1;
-    await sendRunMessage({ ...message, waits }, capacityBackoffSeconds(waits));
+    await sendRunMessage({ ...message, waits }, heldBudgetBackoffSeconds(waits));
     return;
   }
   const subtype =
@@ -125,6 +141,7 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
       options: vessel.options,
       started,
       signal: abort.signal,
+      onReleased: (developerId) => wakeParkedVessels(developerId),
       onLeaseLost: () => {
         leaseLost = true;
         abort.abort('The run lost its concurrency lease (the executor stalled)');

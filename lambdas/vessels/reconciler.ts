@@ -10,11 +10,17 @@ import { endedWithoutRun, type StoredVessel } from './record.ts';
 import { isWaiting, VesselStates } from './states.ts';
 import { moveVessel, RECONCILE_SHARDS, touchVessel } from './store.ts';
 import { delayUntil, sendRunMessage } from './trigger.ts';
+import { PARK_CHECK_SECONDS, wakeVessel } from './park.ts';
+import { getDeveloper } from '../registry/registry.ts';
+import { liveLeases } from '../plans/leases.ts';
+import { tierFor } from '../plans/tiers.ts';
 
 /**
  * The table is the source of truth, the queue only a trigger (DESIGN §6): every vessel that still needs watching
  * sits in the table's `reconcile` index with the moment it should have moved by (`reconcileAt`). Each minute in AWS
  * (and at start-up and periodically in the local runtime) the reconciler takes the ones whose moment has passed:
+ * - parked for capacity past its check time: woken if its developer has a free slot now (a slot freed by a run that
+ *   died woke nobody), else checked again PARK_CHECK_SECONDS later;
  * - waiting (PENDING/QUEUED) and due, yet not started: its trigger was lost (a message dropped, a schedule that never
  *   fired, a crashed local runtime) → re-driven with a new trigger, which makes any old message stale;
  * - EXECUTING whose execution stopped renewing it (its executor died): retried as QUEUED while attempts remain,
@@ -39,13 +45,14 @@ export interface ReconcileReport {
 
 export async function reconcileVessels(now = new Date()): Promise<ReconcileReport> {
   const report: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0 };
+  const rooms = freeSlots();
   for (let shard = 0; shard < RECONCILE_SHARDS; shard++) {
     const due = await dueIn(String(shard), now);
     for (let i = 0; i < due.length; i += CONCURRENCY) {
       await Promise.all(
         due.slice(i, i + CONCURRENCY).map(async (v) => {
           try {
-            const action = await reconcileOne(v, now);
+            const action = await reconcileOne(v, now, rooms);
             if (action) report[action]++;
           } catch (err) {
             logger.error('reconciling a vessel failed; next round retries', { vesselId: v.vesselId, error: err as Error });
@@ -82,13 +89,50 @@ async function dueIn(shard: string, now: Date): Promise<StoredVessel[]> {
 
 type Action = keyof ReconcileReport;
 
-async function reconcileOne(v: StoredVessel, now: Date): Promise<Action | undefined> {
+interface FreeSlots {
+  /** Takes one of the developer's free slots for a parked vessel; false when none is free. */
+  take(developerId: string, now: Date): Promise<boolean>;
+}
+
+/** Each developer's free slots (tier − live leases), read once per reconciler run and counted down as vessels wake. */
+function freeSlots(): FreeSlots {
+  const slots = new Map<string, Promise<{ free: number }>>();
+  const read = async (developerId: string, now: Date) => {
+    const developer = await getDeveloper(developerId);
+    if (!developer) return { free: 0 };
+    return { free: Math.max(0, tierFor(developer.planSeconds).maxConcurrency - (await liveLeases(developerId, now)).length) };
+  };
+  return {
+    async take(developerId, now) {
+      let entry = slots.get(developerId);
+      if (!entry) slots.set(developerId, (entry = read(developerId, now)));
+      const counted = await entry;
+      // Counted down synchronously after the await: concurrent takes never share a slot.
+      if (counted.free <= 0) return false;
+      counted.free--;
+      return true;
+    },
+  };
+}
+
+async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promise<Action | undefined> {
   const late = { expression: 'reconcileAt <= :now', values: { ':now': now.getTime() } };
   const nextLook = now.getTime() + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000;
 
   if (VesselStates.isTerminal(v.status)) {
     await handOff(v);
     return 'handedOff';
+  }
+
+  if (isWaiting(v.status) && v.parkedFor) {
+    // Parked for capacity and not woken in time: wake it if its developer has room now, else look again later.
+    if (await rooms.take(v.parkedFor, now)) return (await wakeVessel(v, now)) ? 'redriven' : undefined;
+    await touchVessel(v.vesselId, {
+      status: 'QUEUED',
+      when: { expression: `parkedFor = :dev AND ${late.expression}`, values: { ':dev': v.parkedFor, ...late.values } },
+      set: { reconcileAt: now.getTime() + PARK_CHECK_SECONDS * 1000 },
+    });
+    return undefined;
   }
 
   if (isWaiting(v.status)) {

@@ -48,6 +48,8 @@ export interface StoredVessel {
   vesselId: string;
   projectId: string;
   userId: string;
+  /** The project's developer when the vessel was queued: whose capacity it waits for. */
+  developerId: string;
   /** The token's caller as verified at enqueue: the run uses this budget even after the token expired. */
   caller: Caller;
   message: string;
@@ -67,6 +69,10 @@ export interface StoredVessel {
   /** The execution in progress (its lease id), while EXECUTING. */
   runId?: string;
   cancelRequested?: boolean;
+  /** Present while parked for capacity (the `parked` index): the developer whose slot it waits for. */
+  parkedFor?: string;
+  /** When it first started waiting for capacity (epoch ms): its place in the line, kept across wakes. */
+  parkedAt?: number;
   output?: VesselOutput;
   callback?: StoredCallback;
   /** When the callback was put on the webhook queue (epoch ms); until then the reconciler watches for the hand-off. */

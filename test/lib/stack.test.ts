@@ -8,7 +8,7 @@ import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FUNCTIONS, type FunctionAccess, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { QUEUES, queueSpec } from '../../lambdas/store/queues.ts';
-import { TABLES, VESSELS_RECONCILE_INDEX } from '../../lambdas/store/tables.ts';
+import { TABLES, VESSELS_PARKED_INDEX, VESSELS_RECONCILE_INDEX } from '../../lambdas/store/tables.ts';
 import { buildGatewayApp, gatewayOptions } from '../../lib/app.ts';
 import { GatewayQueues } from '../../lib/constructs/queues.ts';
 import { GatewayScheduling } from '../../lib/constructs/scheduling.ts';
@@ -276,11 +276,11 @@ describe('IAM', () => {
 
   it('a function with a table that has indexes may query those indexes by name, never index/*', () => {
     const vessels = logicalIdOf(stack.data.tables.Vessels);
-    const indexArn = { 'Fn::Join': ['', [{ 'Fn::GetAtt': [vessels, 'Arn'] }, '/index/reconcile']] };
+    const indexArn = (name: string) => ({ 'Fn::Join': ['', [{ 'Fn::GetAtt': [vessels, 'Arn'] }, `/index/${name}`]] });
     for (const spec of FUNCTIONS as readonly FunctionSpec[]) {
       const statements = roleStatements(resources, logicalIdOf(stack.functionOf(spec.id).role)).map(({ statement }) => statement);
       const onIndex = statements.filter((st) => JSON.stringify(st.Resource).includes('/index/'));
-      if (spec.access.tables.Vessels) expect(onIndex, spec.id).toEqual([{ Action: 'dynamodb:Query', Effect: 'Allow', Resource: indexArn }]);
+      if (spec.access.tables.Vessels) expect(onIndex, spec.id).toEqual([{ Action: 'dynamodb:Query', Effect: 'Allow', Resource: [indexArn('parked'), indexArn('reconcile')] }]);
       else expect(onIndex, spec.id).toEqual([]);
     }
     expect(JSON.stringify(iamStatements(resources))).not.toContain('/index/*');
@@ -331,9 +331,9 @@ describe('data', () => {
     }
   });
 
-  it('the Vessels table has the sparse reconcile index: reconcileShard (S), reconcileAt (N), projection ALL', () => {
+  it('the Vessels table has the sparse reconcile and parked indexes, projection ALL', () => {
     const vessels = resources[logicalIdOf(stack.data.tables.Vessels)]!;
-    expect(VESSELS_RECONCILE_INDEX).toBe('reconcile');
+    expect([VESSELS_RECONCILE_INDEX, VESSELS_PARKED_INDEX]).toEqual(['reconcile', 'parked']);
     expect(vessels.Properties?.GlobalSecondaryIndexes).toEqual([
       {
         IndexName: 'reconcile',
@@ -343,12 +343,22 @@ describe('data', () => {
         ],
         Projection: { ProjectionType: 'ALL' },
       },
+      {
+        IndexName: 'parked',
+        KeySchema: [
+          { AttributeName: 'parkedFor', KeyType: 'HASH' },
+          { AttributeName: 'parkedAt', KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'ALL' },
+      },
     ]);
     expect(vessels.Properties?.AttributeDefinitions).toEqual(
       expect.arrayContaining([
         { AttributeName: 'pk', AttributeType: 'S' },
         { AttributeName: 'reconcileShard', AttributeType: 'S' },
         { AttributeName: 'reconcileAt', AttributeType: 'N' },
+        { AttributeName: 'parkedFor', AttributeType: 'S' },
+        { AttributeName: 'parkedAt', AttributeType: 'N' },
       ]),
     );
     const withIndexes = ofType('AWS::DynamoDB::Table').filter(([, t]) => t.Properties?.GlobalSecondaryIndexes);

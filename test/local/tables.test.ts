@@ -31,11 +31,20 @@ async function putVessels(table: string, on = client): Promise<void> {
 }
 
 describe('the tables of TABLES in DynamoDB Local', () => {
-  it('the Vessels table has the sparse `reconcile` index (reconcileShard S, reconcileAt N, projection ALL), ACTIVE', async () => {
+  it('the Vessels table has the sparse `reconcile` and `parked` indexes (projection ALL), ACTIVE', async () => {
     const names = await ensureTables(inject('dynamoEndpoint'), prefix());
     const vessels = await describeTable(names.VESSELS_TABLE);
-    expect(vessels.GlobalSecondaryIndexes).toHaveLength(1);
-    expect(vessels.GlobalSecondaryIndexes![0]).toMatchObject({
+    expect(vessels.GlobalSecondaryIndexes?.map((i) => i.IndexName).sort()).toEqual(['parked', 'reconcile']);
+    expect(vessels.GlobalSecondaryIndexes!.find((i) => i.IndexName === 'parked')).toMatchObject({
+      IndexName: 'parked',
+      IndexStatus: 'ACTIVE',
+      KeySchema: [
+        { AttributeName: 'parkedFor', KeyType: 'HASH' },
+        { AttributeName: 'parkedAt', KeyType: 'RANGE' },
+      ],
+      Projection: { ProjectionType: 'ALL' },
+    });
+    expect(vessels.GlobalSecondaryIndexes!.find((i) => i.IndexName === 'reconcile')).toMatchObject({
       IndexName: 'reconcile',
       IndexStatus: 'ACTIVE',
       KeySchema: [
@@ -82,11 +91,11 @@ describe('the tables of TABLES in DynamoDB Local', () => {
 
     await ensureTables(own.endpoint, p);
     const after = await describeTable(name, client);
-    expect(after.GlobalSecondaryIndexes?.map((i) => [i.IndexName, i.IndexStatus])).toEqual([['reconcile', 'ACTIVE']]);
+    expect(after.GlobalSecondaryIndexes?.map((i) => [i.IndexName, i.IndexStatus]).sort()).toEqual([['parked', 'ACTIVE'], ['reconcile', 'ACTIVE']]);
     expect(await sparseQuery(name, client)).toEqual(['vessel#watched']);
 
     await ensureTables(own.endpoint, p);
-    expect((await describeTable(name, client)).GlobalSecondaryIndexes).toHaveLength(1);
+    expect((await describeTable(name, client)).GlobalSecondaryIndexes).toHaveLength(2);
   });
 
   it('refuses an existing index of the same name with other keys, saying what to do', async () => {

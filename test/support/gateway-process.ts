@@ -59,21 +59,7 @@ export async function startGatewayProcess(dataDir: string, readyTimeoutMs = 110_
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
 
-  const url = await new Promise<string>((res, rej) => {
-    const timer = setTimeout(() => rej(new Error(`the gateway did not start within ${readyTimeoutMs} ms:\n${output.slice(-3000)}`)), readyTimeoutMs);
-    const onData = () => {
-      const m = /Prompt gateway ready on (http:\/\/\S+)/.exec(output);
-      if (m) {
-        clearTimeout(timer);
-        res(m[1]!);
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      rej(new Error(`the gateway exited (code ${code}, signal ${signal}) before it was ready:\n${output.slice(-3000)}`));
-    });
-  });
+  const url = await readyUrl(child, () => output, readyTimeoutMs);
   const token = readFileSync(join(dataDir, 'dev-token.txt'), 'utf8').trim();
   const pgid = child.pid!;
   return {
@@ -107,4 +93,23 @@ export async function startGatewayProcess(dataDir: string, readyTimeoutMs = 110_
       return { exitCode: child.exitCode, signal: child.signalCode, leftovers };
     },
   };
+}
+
+/** The URL a starting `bin/local.ts` child announces ("Prompt gateway ready on …"); rejects if it exits or is too slow. */
+export function readyUrl(child: ChildProcess, output: () => string, timeoutMs: number): Promise<string> {
+  return new Promise<string>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`the gateway did not start within ${timeoutMs} ms:\n${output().slice(-3000)}`)), timeoutMs);
+    const onData = () => {
+      const m = /Prompt gateway ready on (http:\/\/\S+)/.exec(output());
+      if (m) {
+        clearTimeout(timer);
+        res(m[1]!);
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      rej(new Error(`the gateway exited (code ${code}, signal ${signal}) before it was ready:\n${output().slice(-3000)}`));
+    });
+  });
 }

@@ -6,11 +6,13 @@ import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { developerComputeUsed } from '../../lambdas/plans/compute.ts';
 import { acquireLease, liveLeases, releaseLease, type Lease } from '../../lambdas/plans/leases.ts';
+import { wakeParkedVessels } from '../../lambdas/vessels/park.ts';
+import { getVessel } from '../../lambdas/vessels/store.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
-import { idempotencyItems, MODEL, msBetween, vesselApi, vesselItems, type QueueResponse, type VesselRecord } from './incubate-client.ts';
+import { idempotencyItems, MODEL, msBetween, vesselApi, vesselItems, type QueueResponse } from './incubate-client.ts';
 
 /**
  * POST /incubate, /incubate/batch and GET /incubate/vessel/{id} over real HTTP against the in-process local runtime
@@ -102,11 +104,14 @@ describe('a vessel, end to end', () => {
       scheduledFor,
       attempts: 0,
     });
-    // It stays QUEUED while there is no room (the executor backs off; it never fails it).
+    // It stays QUEUED while there is no room: parked in the developer's line, never failed.
     await new Promise((r) => setTimeout(r, 1_500));
     expect((await api.status(vesselId, token)).body).toMatchObject({ status: 'QUEUED', attempts: 0 });
+    expect(await getVessel(vesselId)).toMatchObject({ parkedFor: p.developerId });
 
+    // What the end of a run does when it gives its lease back: wake the oldest parked vessel of the developer.
     for (const lease of held) await releaseLease(lease);
+    expect(await wakeParkedVessels(p.developerId)).toBe(1);
     const seen: string[] = ['QUEUED'];
     const executing = await api.until(vesselId, token, (r) => r.status !== 'QUEUED', { seen, timeout: 10_000 });
     expect(executing).toEqual({ ...queued.body, status: 'EXECUTING', updatedAt: expect.stringMatching(ISO), attempts: 1, startedAt: expect.stringMatching(ISO) });

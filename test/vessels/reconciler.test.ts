@@ -1,0 +1,308 @@
+import { GetQueueAttributesCommand, PurgeQueueCommand, ReceiveMessageCommand, DeleteMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { sqsClient } from '../../bin/local/queues.ts';
+import { documentClient } from '../../lambdas/store/dynamo.ts';
+import type { StoredVessel } from '../../lambdas/vessels/record.ts';
+import { MAX_ATTEMPTS, reconcileVessels, type ReconcileReport } from '../../lambdas/vessels/reconciler.ts';
+import { reconcileShardOf } from '../../lambdas/vessels/store.ts';
+import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { requestText, trackInFlight, type InFlightTracker } from '../support/inflight.ts';
+import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
+
+/**
+ * The reconciler (lambdas/vessels/reconciler.ts) against DynamoDB Local, fauxqs and the executor of a test gateway:
+ * "the table is the source of truth, the queue only a trigger". reconcileVessels(now) is called directly with chosen
+ * instants; the gateway's own reconciler runs only at start-up (its period is set to an hour). Vessels the reconciler
+ * must find broken are made the way a crash leaves them: a trigger removed from the queue, or an item written as a
+ * dead executor or an interrupted hand-off leaves it.
+ *
+ * Every vessel's message carries its own tag (`rc-N`), so the simulated upstream's record says which vessels ran,
+ * how often, and never two executions of one vessel at once (test/support/inflight.ts).
+ */
+const REDRIVE_SECONDS = 2;
+let gw: TestGateway;
+let token: string;
+let sqs: SQSClient;
+let tracker: InFlightTracker;
+let seq = 0;
+
+beforeAll(async () => {
+  gw = await startTestGateway({ scheduleIntervalMs: 3_600_000, env: { VESSEL_REDRIVE_AFTER_SECONDS: String(REDRIVE_SECONDS) } });
+  token = await gw.token({ user: 'reconciled', budget: { ai: 100_000_000, compute: 100_000 } });
+  sqs = sqsClient(gw.queues.endpoint);
+  tracker = trackInFlight(gw.upstreams.anthropic!, (r) => {
+    const m = /\brc-\d+\b/.exec(requestText(r));
+    return m ? { key: 'rc', tag: m[0] } : undefined;
+  });
+});
+afterAll(async () => {
+  tracker?.stop();
+  sqs?.destroy();
+  await gw?.stop();
+});
+beforeEach(() => {
+  // One test's vessels are all ended before the next starts; none may ever have run twice at once.
+  expect(tracker.maxPerTag().max).toBeLessThanOrEqual(1);
+});
+
+const table = () => process.env.VESSELS_TABLE!;
+const calls = (tag: string) => tracker.intervals.filter((i) => i.tag === tag);
+const nextTag = () => `rc-${++seq}`;
+
+/** The item as stored, with the hand-off mark the end writes (lambdas/vessels/end.ts). */
+type Item = StoredVessel & { callbackHandedOffAt?: number };
+
+async function stored(vesselId: string): Promise<Item> {
+  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: { pk: `vessel#${vesselId}` }, ConsistentRead: true }));
+  return out.Item as Item;
+}
+
+async function queueDepth(url: string): Promise<number> {
+  const out = await sqs.send(
+    new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'] }),
+  );
+  const a = out.Attributes ?? {};
+  return Number(a.ApproximateNumberOfMessages ?? 0) + Number(a.ApproximateNumberOfMessagesNotVisible ?? 0) + Number(a.ApproximateNumberOfMessagesDelayed ?? 0);
+}
+
+/** Every message now on the webhook queue (nothing consumes it yet: issue 15), removed. */
+async function drainWebhooks(): Promise<Record<string, unknown>[]> {
+  const got: Record<string, unknown>[] = [];
+  for (;;) {
+    const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 0 }));
+    if (!out.Messages?.length) return got;
+    for (const m of out.Messages) {
+      got.push(JSON.parse(m.Body!) as Record<string, unknown>);
+      await sqs.send(new DeleteMessageCommand({ QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, ReceiptHandle: m.ReceiptHandle! }));
+    }
+  }
+}
+
+const done = (vesselId: string) =>
+  pollUntil(() => vesselRecord(gw.url, token, vesselId), (r) => r.isCompleted, { timeoutMs: 20_000, everyMs: 100, what: `vessel ${vesselId} ending` });
+
+const nothing: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0 };
+
+/**
+ * A vessel as a crash would leave it: a real one, queued for later through POST /incubate (its schedule then
+ * removed, so no trigger of its own is left), overwritten with `change` — e.g. EXECUTING under a dead execution.
+ */
+async function planted(tag: string, change: (v: StoredVessel) => Partial<StoredVessel>, body: Record<string, unknown> = {}): Promise<StoredVessel> {
+  const q = await incubate(gw.url, {
+    message: `${tag} [[latency:100]]`,
+    idempotencyKey: tag,
+    options: { token },
+    executeAt: new Date(Date.now() + 3_600_000).toISOString(),
+    ...body,
+  });
+  const v = await stored(q.vesselId);
+  expect(v.scheduleName).toBeDefined();
+  await gw.scheduler.cancel(v.scheduleName!);
+  const { scheduleName: _, ...rest } = v;
+  const item = { ...rest, ...change(v) } as StoredVessel;
+  await documentClient().send(new PutCommand({ TableName: table(), Item: item }));
+  return item;
+}
+
+/** An execution that died a while ago: its heartbeat (`reconcileAt`) lapsed 5 s before now. */
+const deadExecution = (attempts: number, extra: Partial<StoredVessel> = {}) => (v: StoredVessel): Partial<StoredVessel> => {
+  const now = Date.now();
+  return {
+    status: 'EXECUTING',
+    scheduledFor: now - 120_000,
+    startedAt: now - 90_000,
+    updatedAt: now - 65_000,
+    attempts,
+    runId: `dead-${v.vesselId}`,
+    reconcileShard: reconcileShardOf(v.vesselId),
+    reconcileAt: now - 5_000,
+    ...extra,
+  };
+};
+
+describe('the reconciler', () => {
+  it('re-drives a waiting vessel whose trigger was lost, once VESSEL_REDRIVE_AFTER_SECONDS have passed, and it runs', async () => {
+    const tag = nextTag();
+    const q = await incubate(gw.url, { message: `${tag} [[latency:100]]`, idempotencyKey: tag, options: { token }, ttl: 3 });
+    // The trigger is lost: its delayed message is removed from the run queue before it is delivered.
+    await sqs.send(new PurgeQueueCommand({ QueueUrl: gw.queues.urls.RUN_QUEUE_URL }));
+    expect(await queueDepth(gw.queues.urls.RUN_QUEUE_URL)).toBe(0);
+    const before = await stored(q.vesselId);
+    expect(before).toMatchObject({ status: 'PENDING', reconcileAt: before.scheduledFor + REDRIVE_SECONDS * 1000 });
+
+    // Not yet: due, but not past its grace.
+    expect(await reconcileVessels(new Date(before.scheduledFor + REDRIVE_SECONDS * 1000 - 1))).toEqual(nothing);
+    await new Promise((r) => setTimeout(r, before.scheduledFor + 4_000 - Date.now()));
+    expect(await stored(q.vesselId)).toMatchObject({ status: 'PENDING', driveId: before.driveId, attempts: 0 });
+    expect(calls(tag)).toHaveLength(0);
+
+    // Past it: re-driven with a new trigger; the executor then runs it.
+    const report = await reconcileVessels(new Date(before.scheduledFor + REDRIVE_SECONDS * 1000));
+    expect(report).toEqual({ ...nothing, redriven: 1 });
+    const redriven = await stored(q.vesselId);
+    expect(redriven.driveId).not.toBe(before.driveId);
+    const end = await done(q.vesselId);
+    expect(end).toMatchObject({ status: 'COMPLETED', attempts: 1, output: { success: true, text: `Echo: ${tag}` } });
+    expect(calls(tag)).toHaveLength(1);
+    expect(await stored(q.vesselId)).not.toHaveProperty('reconcileAt');
+    // An ended vessel without a callback has left the index: nothing more to do.
+    expect(await reconcileVessels(new Date(Date.now() + 3_600_000))).toEqual(nothing);
+  });
+
+  it('a re-drive makes the earlier trigger stale: both messages arrive, the vessel runs once', async () => {
+    const tag = nextTag();
+    const q = await incubate(gw.url, { message: `${tag} [[latency:100]]`, idempotencyKey: tag, options: { token }, ttl: 3 });
+    const before = await stored(q.vesselId);
+    // The reconciler looks "from the future" while the first trigger is still on its way: a second trigger exists.
+    expect(await reconcileVessels(new Date(before.scheduledFor + REDRIVE_SECONDS * 1000))).toEqual({ ...nothing, redriven: 1 });
+    const end = await done(q.vesselId);
+    expect(end).toMatchObject({ status: 'COMPLETED', attempts: 1 });
+    await pollUntil(() => queueDepth(gw.queues.urls.RUN_QUEUE_URL), (n) => n === 0, { timeoutMs: 10_000, what: 'the run queue drained' });
+    expect(calls(tag)).toHaveLength(1);
+  });
+
+  it('retries an EXECUTING vessel whose execution stopped renewing it: QUEUED again, then completes with attempts 2', async () => {
+    const tag = nextTag();
+    const v = await planted(tag, deadExecution(1));
+    // Its heartbeat has not lapsed at an instant before reconcileAt.
+    expect(await reconcileVessels(new Date(v.reconcileAt! - 1))).toEqual(nothing);
+    const now = new Date();
+    expect(await reconcileVessels(now)).toEqual({ ...nothing, retried: 1 });
+    const retried = await stored(v.vesselId);
+    // QUEUED, with a new trigger and the dead execution's runId gone (the executor may already have taken it).
+    expect(['QUEUED', 'EXECUTING', 'COMPLETED']).toContain(retried.status);
+    expect(retried.driveId).not.toBe(v.driveId);
+    expect(retried.runId).not.toBe(v.runId);
+    const end = await done(v.vesselId);
+    expect(end).toMatchObject({ status: 'COMPLETED', isSuccess: true, attempts: 2, output: { success: true, text: `Echo: ${tag}` } });
+    expect(calls(tag)).toHaveLength(1);
+    // A second reconciler looking at what it read before (the dead runId) changes nothing now.
+    expect(await reconcileVessels(now)).toEqual(nothing);
+  });
+
+  it('retry moves exactly once when two reconcilers race for the same dead execution', async () => {
+    const tag = nextTag();
+    const v = await planted(tag, deadExecution(1));
+    const now = new Date();
+    const reports = await Promise.all([reconcileVessels(now), reconcileVessels(now), reconcileVessels(now)]);
+    expect(reports.reduce((n, r) => n + r.retried, 0)).toBe(1);
+    const end = await done(v.vesselId);
+    expect(end).toMatchObject({ status: 'COMPLETED', attempts: 2 });
+    expect(calls(tag)).toHaveLength(1);
+  });
+
+  it(`fails an EXECUTING vessel whose execution died on its ${MAX_ATTEMPTS}rd attempt: FAILED, error_during_execution`, async () => {
+    const tag = nextTag();
+    const v = await planted(tag, deadExecution(MAX_ATTEMPTS));
+    expect(await reconcileVessels(new Date())).toEqual({ ...nothing, failed: 1 });
+    const end = await vesselRecord(gw.url, token, v.vesselId);
+    expect(end).toMatchObject({
+      status: 'FAILED',
+      isCompleted: true,
+      isFailed: true,
+      isSuccess: false,
+      attempts: MAX_ATTEMPTS,
+      output: { success: false, result: { type: 'result', subtype: 'error_during_execution', total_cost_usd: 0 } },
+    });
+    expect(end.output!.text).toMatch(/interrupted/);
+    expect(end.completedAt).toBeDefined();
+    expect(await stored(v.vesselId)).not.toHaveProperty('reconcileAt');
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(calls(tag)).toHaveLength(0);
+  });
+
+  it('cancels an EXECUTING vessel whose execution died with a cancel waiting for it', async () => {
+    const tag = nextTag();
+    const v = await planted(tag, deadExecution(1, { cancelRequested: true }));
+    expect(await reconcileVessels(new Date())).toEqual({ ...nothing, canceled: 1 });
+    const end = await vesselRecord(gw.url, token, v.vesselId);
+    expect(end).toMatchObject({
+      status: 'CANCELED',
+      isCompleted: true,
+      isCanceled: true,
+      isFailed: false,
+      attempts: 1,
+      output: { success: false, text: 'The vessel was canceled while it ran', result: { subtype: 'canceled' } },
+    });
+    expect(end).not.toHaveProperty('cancelRequested');
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(calls(tag)).toHaveLength(0);
+  });
+
+  it('leaves alone an EXECUTING vessel whose execution is alive (heartbeat not lapsed)', async () => {
+    const tag = nextTag();
+    const v = await planted(tag, deadExecution(1, { reconcileAt: Date.now() + 60_000 }));
+    expect(await reconcileVessels(new Date())).toEqual(nothing);
+    expect(await stored(v.vesselId)).toMatchObject({ status: 'EXECUTING', runId: v.runId, driveId: v.driveId });
+    // Clean up: as if it died after all.
+    expect(await reconcileVessels(new Date(v.reconcileAt!))).toEqual({ ...nothing, retried: 1 });
+    expect(await done(v.vesselId)).toMatchObject({ status: 'COMPLETED', attempts: 2 });
+  });
+
+  it('drops a stale trigger (an older driveId) without running the vessel; the current trigger runs it', async () => {
+    const tag = nextTag();
+    // Due a minute ago, waiting, not to be reconciled for an hour: only a message can move it.
+    const v = await planted(tag, () => ({ status: 'QUEUED', scheduledFor: Date.now() - 60_000, reconcileAt: Date.now() + 3_600_000 }));
+    await sqs.send(new SendMessageCommand({ QueueUrl: gw.queues.urls.RUN_QUEUE_URL, MessageBody: JSON.stringify({ vesselId: v.vesselId, driveId: 'an-older-trigger' }) }));
+    await pollUntil(() => queueDepth(gw.queues.urls.RUN_QUEUE_URL), (n) => n === 0, { timeoutMs: 10_000, what: 'the stale message consumed' });
+    await new Promise((r) => setTimeout(r, 500));
+    const after = await stored(v.vesselId);
+    expect(after).toMatchObject({ status: 'QUEUED', driveId: v.driveId, attempts: 0, updatedAt: v.updatedAt });
+    expect(calls(tag)).toHaveLength(0);
+
+    await sqs.send(new SendMessageCommand({ QueueUrl: gw.queues.urls.RUN_QUEUE_URL, MessageBody: JSON.stringify({ vesselId: v.vesselId, driveId: v.driveId }) }));
+    expect(await done(v.vesselId)).toMatchObject({ status: 'COMPLETED', attempts: 1 });
+    expect(calls(tag)).toHaveLength(1);
+  });
+
+  it('hands off the callback of an ended vessel whose hand-off was interrupted, once, and it leaves the index', async () => {
+    const tag = nextTag();
+    const callback = { url: 'https://hooks.example.com/vessels', secret: 'whsec_reconciler' };
+    const q = await incubate(gw.url, { message: `${tag} [[latency:100]]`, idempotencyKey: tag, options: { token }, callback });
+    const ran = await done(q.vesselId);
+    expect(ran).toMatchObject({ status: 'COMPLETED', callback: { url: callback.url, signed: true } });
+    // The executor handed it off at the end.
+    const first = await pollUntil(drainWebhooks, (ms) => ms.length > 0, { timeoutMs: 5_000, what: 'the executor\'s hand-off' });
+    expect(first.map((m) => m.vesselId)).toEqual([q.vesselId]);
+    const handed = await stored(q.vesselId);
+    expect(handed.callbackHandedOffAt).toBeDefined();
+    expect(handed).not.toHaveProperty('reconcileAt');
+
+    // As a crash between the end write and the hand-off leaves it: ended, still watched, not handed off.
+    const { callbackHandedOffAt: _, ...rest } = handed;
+    await documentClient().send(
+      new PutCommand({ TableName: table(), Item: { ...rest, reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: Date.now() - 1_000 } }),
+    );
+    expect(await reconcileVessels(new Date())).toEqual({ ...nothing, handedOff: 1 });
+    const messages = await drainWebhooks();
+    expect(messages).toHaveLength(1);
+    expect(messages[0]).toMatchObject({ vesselId: q.vesselId, projectId: gw.projectId, webhookId: `msg_${q.vesselId}`, url: callback.url });
+    expect(typeof messages[0]!.secretCiphertext).toBe('string');
+    expect(messages[0]!.secretCiphertext).not.toContain(callback.secret);
+    expect(JSON.parse(messages[0]!.body as string)).toEqual({
+      success: true,
+      text: `Echo: ${tag}`,
+      result: { type: 'result', subtype: 'success', total_cost_usd: ran.output!.result.total_cost_usd, usage: ran.output!.result.usage },
+      vesselId: q.vesselId,
+      idempotencyKey: tag,
+      status: 'COMPLETED',
+    });
+    const after = await stored(q.vesselId);
+    expect(after.callbackHandedOffAt).toBeDefined();
+    expect(after).not.toHaveProperty('reconcileAt');
+    expect(after).not.toHaveProperty('reconcileShard');
+    // Once: a later round finds nothing, and nothing more is sent.
+    expect(await reconcileVessels(new Date(Date.now() + 3_600_000))).toEqual(nothing);
+    expect(await drainWebhooks()).toEqual([]);
+    expect(calls(tag)).toHaveLength(1);
+  });
+
+  it('the scheduled function (VesselReconciler) does the same as a direct call', async () => {
+    const tag = nextTag();
+    const v = await planted(tag, deadExecution(1));
+    await gw.invokeScheduled('VesselReconciler');
+    expect(await done(v.vesselId)).toMatchObject({ status: 'COMPLETED', attempts: 2 });
+    expect(calls(tag)).toHaveLength(1);
+  });
+});
