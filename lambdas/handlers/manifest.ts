@@ -120,9 +120,9 @@ export const FUNCTIONS = [
     memoryMb: 256,
     timeoutSeconds: 60,
     trigger: { kind: 'schedule', expression: 'rate(1 minute)' },
-    // Leases read: whether an executing vessel's executor still holds its lease; scheduler: it removes the schedule
-    // of a vessel it fails; run: re-drives; webhook: the callback of a vessel it fails.
-    access: { tables: { Vessels: 'readwrite', Leases: 'read', Registry: 'read' }, providers: false, queues: ['run', 'webhook'], scheduler: true },
+    // Registry and Leases read: whether a parked vessel's developer has a free slot (tier − live leases); run:
+    // re-drives and wakes; webhook: the callback of a vessel it ends. It never schedules (only cancel removes schedules).
+    access: { tables: { Vessels: 'readwrite', Leases: 'read', Registry: 'read' }, providers: false, queues: ['run', 'webhook'] },
   },
 ] as const satisfies readonly FunctionSpec[];
 

@@ -530,8 +530,8 @@ describe('vessels', () => {
   };
   const statementsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).map(({ statement }) => ({ id, statement }));
 
-  it('conjure and the reconciler may create and delete schedules in the gateway\'s group only, handing them only the delivery role', () => {
-    for (const id of ['ConjureApi', 'VesselReconciler']) {
+  it('conjure (only) may create and delete schedules in the gateway\'s group only, handing them only the delivery role', () => {
+    for (const id of ['ConjureApi']) {
       const statements = statementsOf(id);
       for (const expected of schedulingStatements(id)) expect(statements).toContainEqual(expected);
       expect(statements.filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a.startsWith('iam:')))).toEqual(schedulingStatements(id));
@@ -542,9 +542,11 @@ describe('vessels', () => {
         RUN_QUEUE_URL: { Ref: logicalIdOf(stack.queues.byName.run.queue) },
       });
     }
-    // The executor never schedules.
-    expect(statementsOf('VesselExecutor').filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a === 'iam:PassRole'))).toEqual([]);
-    expect(envOf(stack.functionOf('VesselExecutor')).SCHEDULE_GROUP_NAME).toBeUndefined();
+    // The executor and the reconciler never schedule (only a cancel removes a schedule).
+    for (const id of ['VesselExecutor', 'VesselReconciler']) {
+      expect(statementsOf(id).filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a === 'iam:PassRole')), id).toEqual([]);
+      expect(envOf(stack.functionOf(id)).SCHEDULE_GROUP_NAME, id).toBeUndefined();
+    }
   });
 
   it('conjure may send to the run queue only; the executor and the reconciler to the run and webhook queues', () => {
