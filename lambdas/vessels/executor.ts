@@ -57,7 +57,8 @@ export async function processRunMessage(body: unknown): Promise<void> {
     await sendRunMessage(message, early / 1000);
     return;
   }
-  if (early > 0) await sleep(early);
+  // A timer may fire a millisecond early (Node rounds its delays): wait until the due time has really come.
+  while (Date.now() < vessel.scheduledFor) await sleep(vessel.scheduledFor - Date.now());
 
   const now = new Date();
   const admission = await admitRun(vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, now);
