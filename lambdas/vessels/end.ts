@@ -1,9 +1,8 @@
-import { env } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import { handOffCallback } from './callback.ts';
 import type { StoredVessel, VesselOutput } from './record.ts';
 import type { VesselStatus } from './states.ts';
-import { endedAttributes, moveVessel, touchVessel } from './store.ts';
+import { endedAttributes, moveVessel, redriveAt, touchVessel } from './store.ts';
 
 export type EndStatus = Extract<VesselStatus, 'COMPLETED' | 'FAILED' | 'CANCELED'>;
 
@@ -17,7 +16,7 @@ export async function endVessel(
   vessel: StoredVessel,
   end: { to: EndStatus; from: VesselStatus | readonly VesselStatus[]; when?: { expression: string; values: Record<string, unknown> }; output: VesselOutput; now: Date },
 ): Promise<StoredVessel | undefined> {
-  const watch = vessel.callback ? { reconcileAt: end.now.getTime() + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000 } : {};
+  const watch = vessel.callback ? { reconcileAt: redriveAt(end.now.getTime()) } : {};
   const moved = await moveVessel(vessel.vesselId, {
     to: end.to,
     from: end.from,

@@ -6,9 +6,9 @@ import type { Refusal } from '../refusals/refusal.ts';
 import { keyCipher } from '../registry/key-cipher.ts';
 import { queueResponse, vesselKey, type QueueResponse, type StoredCallback, type StoredVessel } from './record.ts';
 import { fingerprint, type Callback } from './request.ts';
-import { createVessel, deleteUntriggered, forgetIdempotencyKey, getVessel, reconcileShardOf, RETENTION_SECONDS } from './store.ts';
+import { expiresAfter } from '../store/epoch.ts';
+import { createVessel, deleteUntriggered, forgetIdempotencyKey, getVessel, reconcileShardOf, redriveAt, RETENTION_SECONDS } from './store.ts';
 import { needsSchedule, scheduleNameOf, triggerVessel } from './trigger.ts';
-import { env } from '../config/env.ts';
 
 /**
  * Accepting a vessel (POST /incubate, and each item of a batch): claim the idempotency key and store the vessel in
@@ -79,9 +79,9 @@ export async function enqueueVessel(request: VesselRequest, item: { message: str
     ...(far ? { scheduleName: scheduleNameOf({ vesselId, driveId }) } : {}),
     // Watched from the moment it is due (plus the grace a healthy trigger needs) until it ends.
     reconcileShard: reconcileShardOf(vesselId),
-    reconcileAt: scheduledFor + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000,
+    reconcileAt: redriveAt(scheduledFor),
     // A waiting vessel is kept until 30 days after it was due; an ended one, 30 days after it ended.
-    expiresAt: Math.floor(scheduledFor / 1000) + RETENTION_SECONDS,
+    expiresAt: expiresAfter(request.due, RETENTION_SECONDS),
   };
 
   for (let attempt = 0; attempt < 2; attempt++) {

@@ -12,7 +12,7 @@ import { endedWithoutRun, runOutput, type StoredVessel } from './record.ts';
 import { isWaiting } from './states.ts';
 import { parkVessel, wakeParkedVessels } from './park.ts';
 import { getVessel, moveVessel } from './store.ts';
-import { RunMessage, sendRunMessage } from './trigger.ts';
+import { delayUntil, RunMessage, sendRunMessage } from './trigger.ts';
 import { watchExecution } from './watch.ts';
 
 /**
@@ -54,7 +54,7 @@ export async function processRunMessage(body: unknown): Promise<void> {
 
   const early = vessel.scheduledFor - Date.now();
   if (early > WAIT_OUT_MS) {
-    await sendRunMessage(message, early / 1000);
+    await sendRunMessage(message, delayUntil(vessel.scheduledFor, new Date()));
     return;
   }
   // A timer may fire a millisecond early (Node rounds its delays): wait until the due time has really come.

@@ -5,7 +5,7 @@ import { logger } from '../observability/logger.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { VESSELS_PARKED_INDEX } from '../store/tables.ts';
 import type { StoredVessel } from './record.ts';
-import { moveVessel, touchVessel, type VesselWrite } from './store.ts';
+import { moveVessel, redriveAt, touchVessel, type VesselWrite } from './store.ts';
 import { sendRunMessage } from './trigger.ts';
 
 /**
@@ -67,7 +67,7 @@ export async function wakeVessel(v: StoredVessel, now: Date): Promise<boolean> {
   const taken = await touchVessel(v.vesselId, {
     status: 'QUEUED',
     when: { expression: 'parkedFor = :dev AND driveId = :drive', values: { ':dev': v.parkedFor, ':drive': v.driveId } },
-    set: { driveId, reconcileAt: now.getTime() + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000 },
+    set: { driveId, reconcileAt: redriveAt(now.getTime()) },
     remove: ['parkedFor'],
     now,
   });

@@ -8,7 +8,7 @@ import { documentClient } from '../store/dynamo.ts';
 import { endVessel, handOff } from './end.ts';
 import { endedWithoutRun, type StoredVessel } from './record.ts';
 import { isWaiting, VesselStates } from './states.ts';
-import { moveVessel, RECONCILE_SHARDS, touchVessel } from './store.ts';
+import { moveVessel, RECONCILE_SHARDS, redriveAt, touchVessel } from './store.ts';
 import { delayUntil, sendRunMessage } from './trigger.ts';
 import { PARK_CHECK_SECONDS, wakeVessel } from './park.ts';
 import { getDeveloper } from '../registry/registry.ts';
@@ -117,7 +117,7 @@ function freeSlots(): FreeSlots {
 
 async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promise<Action | undefined> {
   const late = { expression: 'reconcileAt <= :now', values: { ':now': now.getTime() } };
-  const nextLook = now.getTime() + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000;
+  const nextLook = redriveAt(now.getTime());
 
   if (VesselStates.isTerminal(v.status)) {
     await handOff(v);
@@ -140,7 +140,7 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
     const moved = await touchVessel(v.vesselId, {
       status: v.status,
       when: { expression: `driveId = :drive AND ${late.expression}`, values: { ':drive': v.driveId, ...late.values } },
-      set: { driveId, reconcileAt: Math.max(nextLook, v.scheduledFor + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000) },
+      set: { driveId, reconcileAt: Math.max(nextLook, redriveAt(v.scheduledFor)) },
       now,
     });
     if (!moved.ok) return undefined;

@@ -95,12 +95,11 @@ export function dueTime(timing: { ttl?: number | undefined; executeAt?: string |
 }
 
 /**
- * What makes two requests "the same body" for an idempotency key: everything the caller sent except the token (a
- * retry with a refreshed token is the same request), and who sent it — a key another user of the project already
+ * What makes two requests "the same body" for an idempotency key: everything the caller sent except the token (the
+ * options come here without it: a retry with a refreshed token is the same request), and who sent it — a key another user of the project already
  * used is a conflict, never a way to read their vessel. SHA-256 of the canonical JSON (keys sorted).
  */
-export function fingerprint(input: { userId: string; message: string; options: object; callback?: Callback | undefined; ttl?: number | undefined; executeAt?: string | undefined }): string {
-  const { token: _token, ...options } = input.options as { token?: unknown };
-  const canonical = stringify({ ...input, options }) ?? '';
+export function fingerprint(input: { userId: string; message: string; options: RunOptions; callback?: Callback | undefined; ttl?: number | undefined; executeAt?: string | undefined }): string {
+  const canonical = stringify(input) ?? '';
   return createHash('sha256').update(canonical).digest('hex');
 }

@@ -3,7 +3,7 @@ import { DeleteCommand, GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dy
 import { env } from '../config/env.ts';
 import { conditionalUpdate, type ConditionalResult } from '../store/conditional.ts';
 import { documentClient, isConditionFailure } from '../store/dynamo.ts';
-import { DAY_SECONDS, epochSeconds, expiresAfter } from '../store/epoch.ts';
+import { DAY_SECONDS, epochSeconds, expiresAfter, hasExpired } from '../store/epoch.ts';
 import { vesselKey, type StoredVessel, type VesselOutput } from './record.ts';
 import { VesselStates, type VesselStatus } from './states.ts';
 
@@ -22,6 +22,9 @@ export const RETENTION_SECONDS = 30 * DAY_SECONDS;
 export const RECONCILE_SHARDS = 4;
 
 const table = () => env().VESSELS_TABLE;
+
+/** When the reconciler should look at a vessel next if nothing moves it from `from` (epoch ms) on. */
+export const redriveAt = (from: number) => from + env().VESSEL_REDRIVE_AFTER_SECONDS * 1000;
 
 export const reconcileShardOf = (vesselId: string) => String(createHash('sha256').update(vesselId).digest()[0]! % RECONCILE_SHARDS);
 
@@ -77,7 +80,7 @@ export async function createVessel(vessel: StoredVessel, fingerprint: string, no
 async function readIdempotencyKey(projectId: string, key: string, now: Date): Promise<IdempotencyRecord | undefined> {
   const out = await documentClient().send(new GetCommand({ TableName: table(), Key: idempotencyKeyItem(projectId, key), ConsistentRead: true }));
   const item = out.Item as (IdempotencyRecord & { expiresAt: number }) | undefined;
-  if (!item || item.expiresAt <= epochSeconds(now)) return undefined;
+  if (!item || hasExpired(item.expiresAt, now)) return undefined;
   return { vesselId: item.vesselId, fingerprint: item.fingerprint, idempotencyKey: item.idempotencyKey };
 }
 

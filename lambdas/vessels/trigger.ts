@@ -41,9 +41,9 @@ export async function triggerVessel(v: Pick<StoredVessel, 'vesselId' | 'driveId'
   await sendRunMessage(message, delayUntil(v.scheduledFor, now));
 }
 
-/** A run message, delivered after `delaySeconds` (at most SQS's 15 minutes). */
+/** A run message, delivered after `delaySeconds` (whole seconds, at most SQS's 15 minutes: see `delayUntil`). */
 export async function sendRunMessage(message: RunMessage, delaySeconds = 0): Promise<void> {
-  await sqsQueueSender().send('run', message, { delaySeconds: Math.min(MAX_DELAY_SECONDS, Math.max(0, Math.floor(delaySeconds))) });
+  await sqsQueueSender().send('run', message, { delaySeconds });
 }
 
 /**

@@ -35,29 +35,28 @@ describe('the tables of TABLES in DynamoDB Local', () => {
     const names = await ensureTables(inject('dynamoEndpoint'), prefix());
     const vessels = await describeTable(names.VESSELS_TABLE);
     expect(vessels.GlobalSecondaryIndexes?.map((i) => i.IndexName).sort()).toEqual(['parked', 'reconcile']);
-    expect(vessels.GlobalSecondaryIndexes!.find((i) => i.IndexName === 'parked')).toMatchObject({
-      IndexName: 'parked',
-      IndexStatus: 'ACTIVE',
-      KeySchema: [
-        { AttributeName: 'parkedFor', KeyType: 'HASH' },
-        { AttributeName: 'parkedAt', KeyType: 'RANGE' },
-      ],
-      Projection: { ProjectionType: 'ALL' },
-    });
-    expect(vessels.GlobalSecondaryIndexes!.find((i) => i.IndexName === 'reconcile')).toMatchObject({
-      IndexName: 'reconcile',
-      IndexStatus: 'ACTIVE',
-      KeySchema: [
-        { AttributeName: 'reconcileShard', KeyType: 'HASH' },
-        { AttributeName: 'reconcileAt', KeyType: 'RANGE' },
-      ],
-      Projection: { ProjectionType: 'ALL' },
-    });
+    const expected = [
+      ['parked', 'parkedFor', 'parkedAt'],
+      ['reconcile', 'reconcileShard', 'reconcileAt'],
+    ] as const;
+    for (const [name, hash, range] of expected) {
+      expect(vessels.GlobalSecondaryIndexes!.find((i) => i.IndexName === name), name).toMatchObject({
+        IndexName: name,
+        IndexStatus: 'ACTIVE',
+        KeySchema: [
+          { AttributeName: hash, KeyType: 'HASH' },
+          { AttributeName: range, KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'ALL' },
+      });
+    }
     expect(vessels.AttributeDefinitions).toEqual(
       expect.arrayContaining([
         { AttributeName: 'pk', AttributeType: 'S' },
         { AttributeName: 'reconcileShard', AttributeType: 'S' },
         { AttributeName: 'reconcileAt', AttributeType: 'N' },
+        { AttributeName: 'parkedFor', AttributeType: 'S' },
+        { AttributeName: 'parkedAt', AttributeType: 'N' },
       ]),
     );
     // Only the vessels carrying both attributes are in it.
