@@ -1,5 +1,6 @@
 import { flagsOfUsage, GLOBAL_FLAGS, readArgs } from './cli/args.ts';
 import { COMMANDS, UsageError, type Command } from './cli/commands.ts';
+import { resetInstanceState } from '../lambdas/instance/state.ts';
 import { resolveTarget, type Target } from './cli/target.ts';
 
 /**
@@ -107,6 +108,8 @@ export async function main(argv: string[], deps: Dependencies = { resolveTarget 
   const connect = () =>
     (target ??= deps.resolveTarget(where).then((t) => {
       Object.assign(process.env, t.env);
+      // Clients and the parsed environment are per instance: built again from the target's.
+      resetInstanceState();
       return t;
     }));
   try {

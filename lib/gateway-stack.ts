@@ -59,7 +59,7 @@ export class GatewayStack extends Stack {
     this.data = new GatewayData(this, 'Data', { production });
     this.secrets = new GatewaySecrets(this, 'Secrets', { stage, production });
     this.queues = new GatewayQueues(this, 'Queues', { production });
-    this.scheduling = new GatewayScheduling(this, 'Scheduling', { stage, runQueue: this.queues.byName.run.queue });
+    this.scheduling = new GatewayScheduling(this, 'Scheduling', { stage, targetQueues: this.queues.all.map((q) => q.queue) });
     const { tables } = this.data;
     const tableEnv = this.data.environment();
 
@@ -151,6 +151,9 @@ export class GatewayStack extends Stack {
     output('ProviderKeysKmsKeyId', this.secrets.providerKeysKey.keyArn, "KMS key (ARN) that encrypts projects' provider keys");
     output('AnthropicKeySecretArn', this.secrets.anthropicKey.secretArn, "Secrets Manager secret holding the service's Anthropic key");
     output('Region', this.region, 'Region of the deployed gateway');
+    // The CLI's `webhook redeliver` puts a delivery back on the webhook queue.
+    output('WebhookQueueUrl', this.queues.byName.webhook.queue.queueUrl, 'SQS queue of webhook deliveries (gateway webhook redeliver sends to it)');
+    output('WebhookDeadLetterQueueUrl', this.queues.byName.webhook.deadLetterQueue.queueUrl, 'Webhook deliveries whose retries are exhausted (docs/webhooks.md)');
     output('DashboardName', observability.dashboard.dashboardName, 'CloudWatch dashboard');
     for (const [fnId, f] of Object.entries(functions)) output(`${fnId}FunctionName`, f.fn.functionName, `Lambda function of ${fnId}`);
   }
@@ -174,8 +177,9 @@ export class GatewayStack extends Stack {
   /**
    * Exactly what the manifest says a function may do, resource by resource: read or read/write its tables (and query
    * their indexes); for a function that calls providers, decrypt the projects' provider keys (Decrypt only) and read
-   * the service's Anthropic key; for one that `encrypts`, Encrypt only with the same key; send to its queues; for
-   * one that schedules, create and delete schedules in the gateway's group.
+   * the service's Anthropic key; for one that `encrypts` (or `decrypts`), Encrypt (or Decrypt) only with the same
+   * key; send to its queues (and dead-letter queues); for one that schedules, create and delete schedules in the
+   * gateway's group.
    */
   private grantAccess(target: GatewayFunction, access: FunctionAccess): void {
     for (const spec of TABLES) {
@@ -187,7 +191,9 @@ export class GatewayStack extends Stack {
       this.secrets.anthropicKey.grantRead(target.fn);
     }
     if (access.encrypts) this.secrets.grantEncrypt(target.fn);
+    if (access.decrypts && !access.providers) this.secrets.grantDecryptOnly(target.fn);
     for (const queue of access.queues) this.queues.grantSend(queue, target.fn);
+    for (const queue of access.deadLetters ?? []) this.queues.grantSendToDeadLetter(queue, target.fn);
     if (access.scheduler) this.scheduling.grantScheduling(target.fn);
   }
 

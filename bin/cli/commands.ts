@@ -17,6 +17,7 @@ import {
   setModelPricing,
   setProviderKey,
 } from '../../lambdas/registry/registry.ts';
+import { redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
 import type { Target } from './target.ts';
 
 /** A command's result: `data` for --json, `text` for people. */
@@ -75,6 +76,16 @@ function parse<T extends z.ZodRawShape>(shape: T, flags: Flags): z.infer<z.ZodOb
 }
 
 export class UsageError extends Error {}
+
+/** A refused operation outside the registry (a vessel that cannot be redelivered) exits like a registry refusal: 1. */
+async function refusedAsRegistryError<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (err) {
+    if (err instanceof RedeliveryRefused) throw new RegistryError(err.message);
+    throw err;
+  }
+}
 
 async function requireProject(id: string) {
   const project = await getProject(id);
@@ -225,6 +236,36 @@ export const COMMANDS: Record<string, Command> = {
         data: { projectId: o.project, model: o.model, price, takesEffectWithinSeconds: effect.seconds },
         text: `Priced ${o.model} for ${o.project}: $${price.inputUsdPerMtok}/Mtok in, $${price.outputUsdPerMtok}/Mtok out\n${effect.text}`,
       };
+    },
+  },
+  'webhook show': {
+    usage: 'webhook show --vessel ID',
+    summary: "a vessel's callback delivery: status and every attempt (time, status code or error, duration)",
+    async run(flags, ctx) {
+      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
+      await ctx.connect();
+      const shown = await refusedAsRegistryError(() => webhookOf(o.vessel));
+      const w = shown.webhook;
+      return {
+        data: shown,
+        text: [
+          `Vessel ${shown.vesselId} (${shown.status}) → ${shown.url}${shown.signed ? ' (signed)' : ''}`,
+          w ? `  delivery: ${w.status}${'failure' in w && w.failure ? ` (${w.failure})` : ''}` : '  delivery: not started (the vessel has not ended)',
+          ...(w?.attempts ?? []).map((a) => `    round ${a.round} attempt ${a.attempt} at ${a.time}: ${a.statusCode ?? a.error} in ${a.durationMs} ms`),
+          ...(w && 'nextAttemptAt' in w && w.nextAttemptAt ? [`  next attempt: ${w.nextAttemptAt}`] : []),
+        ].join('\n'),
+      };
+    },
+  },
+  'webhook redeliver': {
+    usage: 'webhook redeliver --vessel ID',
+    summary: "send an ended vessel's callback again: a new round of attempts (same webhook-id and body), starting now",
+    async run(flags, ctx) {
+      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
+      await ctx.connect();
+      const out = await refusedAsRegistryError(() => redeliverWebhook(o.vessel));
+      const when = out.handedOff ? 'first attempt now' : 'the webhook queue did not answer: the reconciler hands it off within minutes';
+      return { data: out, text: `Redelivering the callback of vessel ${out.vesselId}: round ${out.round}, ${when} (gateway webhook show --vessel ${out.vesselId} follows it)` };
     },
   },
   'token mint': {

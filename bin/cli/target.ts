@@ -21,7 +21,7 @@ export interface Target {
 
 /**
  * Where the CLI's store is: the running local runtime (it writes DATA_DIR/runtime.json) or a deployed stack (its
- * CloudFormation outputs name the tables and the provider-key KMS key).
+ * CloudFormation outputs name the tables, the provider-key KMS key and the webhook queue).
  */
 export async function resolveTarget(opts: { stack?: string; region?: string; dataDir?: string }): Promise<Target> {
   if (opts.stack) return { kind: 'stack', secretCacheSeconds: DEPLOYED_SECRET_CACHE_SECONDS, env: await stackEnvironment(opts.stack, opts.region) };
@@ -30,7 +30,15 @@ export async function resolveTarget(opts: { stack?: string; region?: string; dat
   if (!existsSync(file)) {
     throw new Error(`No running local gateway found (${file} is missing): start it with "npm start", or pass --stack <name> for a deployed one`);
   }
-  const runtime = JSON.parse(readFileSync(file, 'utf8')) as { dynamoEndpoint: string; tables: Record<string, string>; keyFile: string; secretCacheSeconds?: unknown };
+  const runtime = JSON.parse(readFileSync(file, 'utf8')) as {
+    dynamoEndpoint: string;
+    tables: Record<string, string>;
+    keyFile: string;
+    secretCacheSeconds?: unknown;
+    /** fauxqs and its queues (runtimes before webhooks did not record them). */
+    sqsEndpoint?: string;
+    queues?: Record<string, string>;
+  };
   const recorded = runtime.secretCacheSeconds;
   return {
     kind: 'local',
@@ -42,6 +50,8 @@ export async function resolveTarget(opts: { stack?: string; region?: string; dat
       DYNAMODB_ENDPOINT: runtime.dynamoEndpoint,
       PROVIDER_KEYS_LOCAL_KEY_FILE: runtime.keyFile,
       ...runtime.tables,
+      ...(runtime.sqsEndpoint ? { SQS_ENDPOINT: runtime.sqsEndpoint } : {}),
+      ...runtime.queues,
     },
   };
 }
@@ -60,5 +70,7 @@ async function stackEnvironment(stack: string, regionFlag: string | undefined): 
     AWS_REGION: outputs.Region ?? region ?? 'us-east-1',
     ...tables,
     PROVIDER_KEYS_KMS_KEY_ID: outputs.ProviderKeysKmsKeyId!,
+    // `webhook redeliver` puts a delivery on the webhook queue (stacks before webhooks have no such output).
+    ...(outputs.WebhookQueueUrl ? { WEBHOOK_QUEUE_URL: outputs.WebhookQueueUrl } : {}),
   };
 }

@@ -3,13 +3,15 @@ import type { AddressInfo } from 'node:net';
 import { CreateQueueCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Message, MessageAttributeValue } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent, SQSMessageAttributes, SQSRecord } from 'aws-lambda';
-import { QUEUES, VISIBILITY_TIMEOUT_FACTOR, type QueueEnvVar, type QueueName } from '../../lambdas/store/queues.ts';
+import { QUEUES, VISIBILITY_TIMEOUT_FACTOR, type DeadLetterEnvVar, type QueueEnvVar, type QueueName } from '../../lambdas/store/queues.ts';
 import { lambdaContext } from './events.ts';
 
 export interface LocalQueues {
   endpoint: string;
   urls: Record<QueueEnvVar, string>;
-  /** Each queue's ARN as fauxqs reports it (GetQueueAttributes): the scheduler stand-in's target is the run queue's. */
+  /** Each queue's dead-letter queue, under the variable a function that may send there reads. */
+  deadLetterUrls: Record<DeadLetterEnvVar, string>;
+  /** Each queue's ARN as fauxqs reports it (GetQueueAttributes): schedules of the stand-in target queues by ARN. */
   arns: Record<QueueName, string>;
   stop(): Promise<void>;
 }
@@ -55,10 +57,12 @@ export async function startLocalQueues(prefix: string): Promise<LocalQueues> {
     const endpoint = `http://127.0.0.1:${port}`;
     const sqs = sqsClient(endpoint);
     const urls = {} as LocalQueues['urls'];
+    const deadLetterUrls = {} as LocalQueues['deadLetterUrls'];
     const arns = {} as LocalQueues['arns'];
     try {
       for (const q of QUEUES) {
         const dlq = await sqs.send(new CreateQueueCommand({ QueueName: `${prefix}-${q.name}-dlq` }));
+        deadLetterUrls[q.deadLetterEnvVar] = dlq.QueueUrl!;
         const dlqArn = (await sqs.send(new GetQueueAttributesCommand({ QueueUrl: dlq.QueueUrl, AttributeNames: ['QueueArn'] }))).Attributes?.QueueArn;
         const main = await sqs.send(
           new CreateQueueCommand({
@@ -77,7 +81,7 @@ export async function startLocalQueues(prefix: string): Promise<LocalQueues> {
     } finally {
       sqs.destroy();
     }
-    return { endpoint, urls, arns, stop: () => app.close() };
+    return { endpoint, urls, deadLetterUrls, arns, stop: () => app.close() };
   } catch (err) {
     await app.close();
     throw err;

@@ -12,7 +12,7 @@ import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
 import { formatAccessLine, setAccessLogSink } from '../../lambdas/observability/access-log.ts';
-import { queueSpec, type QueueName } from '../../lambdas/store/queues.ts';
+import { QUEUES, queueSpec, type QueueName } from '../../lambdas/store/queues.ts';
 import { PROJECT_ROOT } from '../../lib/bundling.ts';
 import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
@@ -228,12 +228,13 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     }
 
     // EventBridge Scheduler's stand-in, reached by the handlers through the real Scheduler client (SCHEDULER_ENDPOINT):
-    // its one-time schedules deliver to the run queue, which they name by ARN as in AWS.
+    // its one-time schedules deliver to the queue they name by ARN, as in AWS.
     const scheduler = new LocalScheduler({
       file: dataDir ? join(dataDir, 'schedules.json') : undefined,
       sqs: sqsClient(queues.endpoint),
       targetQueueUrl: queues.urls.RUN_QUEUE_URL,
-      targetQueueArn: queues.arns.run,
+      targets: Object.fromEntries(QUEUES.map((q) => [queues.arns[q.name], queues.urls[q.envVar]])),
+      queueUrls: Object.fromEntries(QUEUES.map((q) => [q.name, queues.urls[q.envVar]])),
       groupName: LOCAL_SCHEDULE_GROUP,
     });
     cleanups.push(() => scheduler.stop());
@@ -254,10 +255,11 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       SQS_ENDPOINT: queues.endpoint,
       ...tables,
       ...queues.urls,
+      ...queues.deadLetterUrls,
+      ...Object.fromEntries(QUEUES.map((q) => [q.arnEnvVar, queues.arns[q.name]])),
       SCHEDULER_ENDPOINT: schedulerEndpoint,
       SCHEDULE_GROUP_NAME: LOCAL_SCHEDULE_GROUP,
       SCHEDULER_ROLE_ARN: LOCAL_SCHEDULER_ROLE_ARN,
-      RUN_QUEUE_ARN: queues.arns.run,
       PROVIDER_KEYS_LOCAL_KEY_FILE: join(keyDir, 'provider-keys.key'),
       POWERTOOLS_METRICS_DISABLED: process.env.POWERTOOLS_METRICS_DISABLED ?? 'true',
       POWERTOOLS_LOG_LEVEL: process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN',
@@ -351,7 +353,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     if (dataDir) {
       writeFileSync(
         join(dataDir, 'runtime.json'),
-        JSON.stringify({ url, pid: process.pid, dynamoEndpoint, tables, keyFile: process.env.PROVIDER_KEYS_LOCAL_KEY_FILE }, null, 2),
+        JSON.stringify({ url, pid: process.pid, dynamoEndpoint, tables, keyFile: process.env.PROVIDER_KEYS_LOCAL_KEY_FILE, sqsEndpoint: queues.endpoint, queues: queues.urls }, null, 2),
         { mode: 0o600 },
       );
       chmodSync(join(dataDir, 'runtime.json'), 0o600);

@@ -3,6 +3,7 @@ import { chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from '
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { atExpression, ScheduleConflictError, type Scheduler } from '../../lambdas/scheduling/scheduler.ts';
+import type { QueueName } from '../../lambdas/store/queues.ts';
 
 export interface StoredSchedule {
   name: string;
@@ -10,16 +11,23 @@ export interface StoredSchedule {
   at: string;
   /** The message body it delivers (the schedule target's Input). */
   body: string;
+  /** The queue it delivers to; absent (schedules kept by an older runtime) means `targetQueueUrl`. */
+  queueUrl?: string;
 }
 
 export interface LocalSchedulerOptions {
   /** Where pending schedules are kept (DATA_DIR/schedules.json); none keeps them in memory. */
   file?: string;
   sqs: SQSClient;
-  /** The queue every schedule delivers to (the run queue's fauxqs URL). */
+  /** The queue a schedule delivers to when it names no other (the run queue's fauxqs URL). */
   targetQueueUrl: string;
-  /** The ARN a schedule created through the endpoint must target: that queue's (RUN_QUEUE_ARN). Any, when unset. */
-  targetQueueArn?: string;
+  /**
+   * The queues a schedule created through the endpoint may target, by ARN (RUN_QUEUE_ARN, WEBHOOK_QUEUE_ARN): its
+   * Target.Arn must be one of them. Any ARN, delivered to `targetQueueUrl`, when unset.
+   */
+  targets?: Readonly<Record<string, string>>;
+  /** The queues `schedule()` (in process, by queue name) delivers to; a queue not listed is `targetQueueUrl`. */
+  queueUrls?: Readonly<Partial<Record<QueueName, string>>>;
   /** The schedule group the endpoint serves (SCHEDULE_GROUP_NAME); default `local`. */
   groupName?: string;
   region?: string;
@@ -77,9 +85,9 @@ export class LocalScheduler implements Scheduler {
   }
 
   /** Stores a schedule, to the second as EventBridge does; a name that exists is refused (ScheduleConflictError). */
-  async schedule({ name, at, body }: { name: string; at: Date; body: string }): Promise<void> {
+  async schedule({ name, at, body, queue }: { name: string; at: Date; body: string; queue?: QueueName }): Promise<void> {
     // The time its at() expression names, as a schedule made through the endpoint would have.
-    this.add(name, new Date(`${AT_EXPRESSION.exec(atExpression(at))![1]}Z`), body);
+    this.add(name, new Date(`${AT_EXPRESSION.exec(atExpression(at))![1]}Z`), body, queue ? this.opts.queueUrls?.[queue] : undefined);
   }
 
   async cancel(name: string): Promise<void> {
@@ -135,7 +143,7 @@ export class LocalScheduler implements Scheduler {
       for (const s of [...this.schedules.values()]) {
         if (new Date(s.at) > now) continue;
         try {
-          await this.opts.sqs.send(new SendMessageCommand({ QueueUrl: this.opts.targetQueueUrl, MessageBody: s.body }));
+          await this.opts.sqs.send(new SendMessageCommand({ QueueUrl: s.queueUrl ?? this.opts.targetQueueUrl, MessageBody: s.body }));
           // Unless it was cancelled (and perhaps created anew) while the message was on its way.
           if (this.schedules.get(s.name) === s) this.schedules.delete(s.name);
           fired++;
@@ -150,9 +158,9 @@ export class LocalScheduler implements Scheduler {
     return fired;
   }
 
-  private add(name: string, at: Date, body: string): void {
+  private add(name: string, at: Date, body: string, queueUrl?: string): void {
     if (this.schedules.has(name)) throw new ScheduleConflictError(name);
-    this.schedules.set(name, { name, at: at.toISOString(), body });
+    this.schedules.set(name, { name, at: at.toISOString(), body, ...(queueUrl ? { queueUrl } : {}) });
     this.persist();
   }
 
@@ -199,12 +207,14 @@ export class LocalScheduler implements Scheduler {
     if (input.ActionAfterCompletion !== 'DELETE') throw invalid('ActionAfterCompletion must be DELETE (the stand-in deletes a schedule once it has fired)');
     const target = (input.Target ?? {}) as { Arn?: unknown; RoleArn?: unknown; Input?: unknown };
     if (typeof target.Arn !== 'string' || typeof target.RoleArn !== 'string') throw invalid('Target needs Arn and RoleArn');
-    if (this.opts.targetQueueArn && target.Arn !== this.opts.targetQueueArn) {
-      throw invalid(`Target.Arn ${target.Arn} is not the queue the stand-in delivers to (${this.opts.targetQueueArn})`);
+    const targets = this.opts.targets;
+    const queueUrl = targets ? targets[target.Arn] : undefined;
+    if (targets && !queueUrl) {
+      throw invalid(`Target.Arn ${target.Arn} is not a queue the stand-in delivers to (${Object.keys(targets).join(', ')})`);
     }
     if (typeof target.Input !== 'string') throw invalid('Target.Input (the message body) is required');
     try {
-      this.add(name, when, target.Input);
+      this.add(name, when, target.Input, queueUrl);
     } catch (err) {
       if (err instanceof ScheduleConflictError) throw new SchedulerError(409, 'ConflictException', `Schedule ${name} already exists.`);
       throw err;

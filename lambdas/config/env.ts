@@ -17,14 +17,18 @@ const EnvSchema = z.object({
   /** Queue URLs (QUEUES in lambdas/store/queues.ts): set by the stack on functions that may send, locally on all. */
   RUN_QUEUE_URL: z.string().url().optional(),
   WEBHOOK_QUEUE_URL: z.string().url().optional(),
+  /** Dead-letter queue URLs: set by the stack on functions whose manifest access lists the queue in `deadLetters`. */
+  RUN_DEAD_LETTER_QUEUE_URL: z.string().url().optional(),
+  WEBHOOK_DEAD_LETTER_QUEUE_URL: z.string().url().optional(),
   /**
    * EventBridge Scheduler (lambdas/scheduling/scheduler.ts): set by the stack on functions whose manifest access has
    * `scheduler`, locally on all. The group the one-time schedules live in, the role Scheduler delivers them with, and
-   * the run queue's ARN they target.
+   * the ARNs of the queues they target (set with the queue's URL on a function that may send to it).
    */
   SCHEDULE_GROUP_NAME: z.string().min(1).optional(),
   SCHEDULER_ROLE_ARN: z.string().min(1).optional(),
   RUN_QUEUE_ARN: z.string().min(1).optional(),
+  WEBHOOK_QUEUE_ARN: z.string().min(1).optional(),
   /** Set only locally and in tests: the scheduler stand-in's endpoint (bin/local/scheduler.ts). Unset in AWS. */
   SCHEDULER_ENDPOINT: z.string().url().optional(),
   REGISTRY_TABLE: z.string().default('gateway-registry'),
@@ -62,6 +66,15 @@ const EnvSchema = z.object({
    * re-driven; tests shorten it.
    */
   VESSEL_REDRIVE_AFTER_SECONDS: z.coerce.number().int().min(1).default(120),
+  /**
+   * The waits between webhook delivery attempts, in seconds, comma-separated: one retry per wait, then the dead-letter
+   * queue (docs/webhooks.md). Svix's schedule by default; tests shorten it rather than wait for hours.
+   */
+  WEBHOOK_RETRY_WAITS: z
+    .string()
+    .regex(/^\s*\d+(\s*,\s*\d+)*\s*$/, 'must be whole seconds separated by commas')
+    .default('5,300,1800,7200,18000,36000,36000')
+    .transform((v) => v.split(',').map((s) => Number(s.trim()))),
   /** `1` lets outbound calls reach loopback: tests and the local runtime only, never the stack (contract.md). */
   ALLOW_LOOPBACK_URLS: z.string().optional().transform((v) => v === '1'),
 });

@@ -40,19 +40,26 @@ export interface FunctionAccess {
    * the upstream base URLs and those two ARNs in its environment.
    */
   readonly providers: boolean;
-  /** Queues it may send to (`sqs:SendMessage`, and the queue's URL in its environment). */
+  /** Queues it may send to (`sqs:SendMessage`, and the queue's URL and ARN in its environment). */
   readonly queues: readonly QueueName[];
+  /** Queues whose dead-letter queue it may send to itself (`sqs:SendMessage` there, and its URL in its environment). */
+  readonly deadLetters?: readonly QueueName[];
   /**
-   * It creates and deletes one-time EventBridge Scheduler schedules in the gateway's group, delivered to the run
-   * queue (`scheduler:CreateSchedule`/`DeleteSchedule` there, `iam:PassRole` of the delivery role, and
-   * SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, RUN_QUEUE_ARN in its environment: lambdas/scheduling/scheduler.ts).
+   * It creates and deletes one-time EventBridge Scheduler schedules in the gateway's group, delivered to one of its
+   * `queues` (`scheduler:CreateSchedule`/`DeleteSchedule` there, `iam:PassRole` of the delivery role, and
+   * SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN in its environment: lambdas/scheduling/scheduler.ts).
    */
   readonly scheduler?: boolean;
   /**
    * It encrypts with the provider-keys key (`kms:Encrypt` only, and PROVIDER_KEYS_KMS_KEY_ID in its environment), as
-   * keyCipher() does for provider keys: webhook callback secrets are stored that way. Decrypting is `providers`'.
+   * keyCipher() does for provider keys: webhook callback secrets are stored that way.
    */
   readonly encrypts?: boolean;
+  /**
+   * It decrypts with the provider-keys key (`kms:Decrypt` only, and PROVIDER_KEYS_KMS_KEY_ID), without the rest of
+   * `providers`: the webhook sender reads callback secrets.
+   */
+  readonly decrypts?: boolean;
 }
 
 export interface FunctionSpec {
@@ -123,6 +130,18 @@ export const FUNCTIONS = [
     // Registry and Leases read: whether a parked vessel's developer has a free slot (tier − live leases); run:
     // re-drives and wakes; webhook: the callback of a vessel it ends. It never schedules (only cancel removes schedules).
     access: { tables: { Vessels: 'readwrite', Leases: 'read', Registry: 'read' }, providers: false, queues: ['run', 'webhook'] },
+  },
+  {
+    id: 'WebhookSender',
+    entry: 'lambdas/handlers/webhook-sender.ts',
+    description: 'Prompt gateway webhook sender (delivers vessel callbacks from the webhook queue)',
+    memoryMb: 256,
+    timeoutSeconds: 30,
+    // Ten deliveries per invocation (the webhook queue's batch size), made concurrently, each cut at 10 s.
+    trigger: { kind: 'sqs', queue: 'webhook' },
+    // Vessels: each attempt is claimed and recorded on its vessel; decrypts: the callback secret; webhook: the next
+    // attempt (delayed, or scheduled beyond 15 minutes), and its dead-letter queue once the retries are spent.
+    access: { tables: { Vessels: 'readwrite' }, providers: false, decrypts: true, queues: ['webhook'], deadLetters: ['webhook'], scheduler: true },
   },
 ] as const satisfies readonly FunctionSpec[];
 

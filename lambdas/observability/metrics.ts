@@ -15,6 +15,8 @@ export const GATEWAY_METRICS = {
   UsageEstimated: { unit: MetricUnit.Count, meaning: "One per answer charged from the gateway's own token count because the provider's usage was not trustworthy" },
   VesselTriggers: { unit: MetricUnit.Count, meaning: 'One per run-queue message the vessel executor handled (started, put back, waited or dropped)' },
   VesselsReconciled: { unit: MetricUnit.Count, meaning: 'Vessels one reconciler run acted on (re-driven, retried, failed, canceled, handed off); 0 when every vessel moved on its own' },
+  WebhookAttempts: { unit: MetricUnit.Count, meaning: 'One per webhook delivery attempt (a POST to a callback URL, whatever came of it)' },
+  WebhooksFailed: { unit: MetricUnit.Count, meaning: 'One per webhook delivery round that ended undelivered (retries exhausted, 410 Gone, or a refused address)' },
 } as const;
 
 export type GatewayMetricName = keyof typeof GATEWAY_METRICS;

@@ -13,6 +13,11 @@ export interface QueueSender {
    * the message id.
    */
   send(queue: QueueName, body: unknown, options?: { delaySeconds?: number }): Promise<string>;
+  /**
+   * Puts `body` on `queue`'s dead-letter queue directly: for a consumer that has given up on a message it handled
+   * (the webhook sender after the last retry), rather than failing it until SQS moves it there.
+   */
+  sendToDeadLetter(queue: QueueName, body: unknown): Promise<string>;
 }
 
 /** The instance's SQS client, pointed at the local fauxqs when SQS_ENDPOINT is set. */
@@ -41,13 +46,21 @@ export function sqsQueueSender(): QueueSender {
       if (delay !== undefined && (!Number.isInteger(delay) || delay < 0 || delay > MAX_DELAY_SECONDS)) {
         throw new RangeError(`delaySeconds must be an integer from 0 to ${MAX_DELAY_SECONDS}, got ${delay}`);
       }
-      const messageBody = JSON.stringify(body);
-      if (messageBody === undefined) throw new TypeError('A queue message body must be JSON-serialisable');
-      const out = await queueClient().send(
-        new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: messageBody, ...(delay ? { DelaySeconds: delay } : {}) }),
-      );
-      if (!out.MessageId) throw new Error(`SQS accepted a message for the ${queue} queue without a message id`);
-      return out.MessageId;
+      return sendTo(queueUrl, `the ${queue} queue`, body, delay);
+    },
+    async sendToDeadLetter(queue, body) {
+      const { deadLetterEnvVar } = queueSpec(queue);
+      const queueUrl = env()[deadLetterEnvVar];
+      if (!queueUrl) throw new Error(`${deadLetterEnvVar} is not set: this function may not send to the ${queue} dead-letter queue (manifest access.deadLetters)`);
+      return sendTo(queueUrl, `the ${queue} dead-letter queue`, body);
     },
   };
+}
+
+async function sendTo(queueUrl: string, what: string, body: unknown, delay?: number): Promise<string> {
+  const messageBody = JSON.stringify(body);
+  if (messageBody === undefined) throw new TypeError('A queue message body must be JSON-serialisable');
+  const out = await queueClient().send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: messageBody, ...(delay ? { DelaySeconds: delay } : {}) }));
+  if (!out.MessageId) throw new Error(`SQS accepted a message for ${what} without a message id`);
+  return out.MessageId;
 }

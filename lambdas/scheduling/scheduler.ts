@@ -1,6 +1,7 @@
 import { CreateScheduleCommand, DeleteScheduleCommand, SchedulerClient } from '@aws-sdk/client-scheduler';
 import { env } from '../config/env.ts';
 import { instanceValue } from '../instance/state.ts';
+import { queueSpec, type QueueName } from '../store/queues.ts';
 
 /**
  * Fires a message onto a queue at a time. In AWS this is EventBridge Scheduler (one-time `at()` schedules that
@@ -9,10 +10,10 @@ import { instanceValue } from '../instance/state.ts';
  */
 export interface Scheduler {
   /**
-   * Sends `body` to the target queue at `at` (to the second: see `atExpression`). `name` is unique; scheduling a
-   * name that exists is refused with a ScheduleConflictError (`isScheduleConflict`).
+   * Sends `body` to `queue` (default: the run queue) at `at` (to the second: see `atExpression`). `name` is unique;
+   * scheduling a name that exists is refused with a ScheduleConflictError (`isScheduleConflict`).
    */
-  schedule(input: { name: string; at: Date; body: string }): Promise<void>;
+  schedule(input: { name: string; at: Date; body: string; queue?: QueueName }): Promise<void>;
   /** Removes a schedule that has not fired; a missing one is not an error. */
   cancel(name: string): Promise<void>;
 }
@@ -44,7 +45,8 @@ export function isScheduleConflict(err: unknown): err is ScheduleConflictError {
 
 export interface EventBridgeSchedulerConfig {
   groupName: string;
-  targetQueueArn: string;
+  /** The ARN of each queue this function may schedule onto (absent: it may not). */
+  targetQueueArns: Partial<Record<QueueName, string>>;
   roleArn: string;
   region: string;
   /** Another endpoint than AWS's (the local stand-in), called with local credentials. */
@@ -60,7 +62,9 @@ export class EventBridgeScheduler implements Scheduler {
     });
   }
 
-  async schedule({ name, at, body }: { name: string; at: Date; body: string }): Promise<void> {
+  async schedule({ name, at, body, queue = 'run' }: { name: string; at: Date; body: string; queue?: QueueName }): Promise<void> {
+    const targetArn = this.config.targetQueueArns[queue];
+    if (!targetArn) throw new Error(`${queueSpec(queue).arnEnvVar} is not set: this function may not schedule onto the ${queue} queue (manifest access.queues)`);
     try {
       await this.client.send(
         new CreateScheduleCommand({
@@ -70,7 +74,7 @@ export class EventBridgeScheduler implements Scheduler {
           ScheduleExpressionTimezone: 'UTC',
           FlexibleTimeWindow: { Mode: 'OFF' },
           ActionAfterCompletion: 'DELETE',
-          Target: { Arn: this.config.targetQueueArn, RoleArn: this.config.roleArn, Input: body },
+          Target: { Arn: targetArn, RoleArn: this.config.roleArn, Input: body },
         }),
       );
     } catch (err) {
@@ -95,22 +99,23 @@ export class EventBridgeScheduler implements Scheduler {
 
 /**
  * The instance's scheduler, configured from the environment the stack gives a function whose manifest access has
- * `scheduler` (SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, RUN_QUEUE_ARN); locally the runtime sets those and
- * SCHEDULER_ENDPOINT, its stand-in's address. Throws, naming what is missing, in a function that may not schedule.
+ * `scheduler` (SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN) and the ARN of each queue it may send to (RUN_QUEUE_ARN,
+ * WEBHOOK_QUEUE_ARN); locally the runtime sets those and SCHEDULER_ENDPOINT, its stand-in's address. Throws, naming
+ * what is missing, in a function that may not schedule.
  */
 export const scheduler = instanceValue(
   (): EventBridgeScheduler => {
-    const { SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, RUN_QUEUE_ARN, AWS_REGION, SCHEDULER_ENDPOINT } = env();
-    const missing = Object.entries({ SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, RUN_QUEUE_ARN })
+    const { SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, AWS_REGION, SCHEDULER_ENDPOINT, RUN_QUEUE_ARN, WEBHOOK_QUEUE_ARN } = env();
+    const missing = Object.entries({ SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN })
       .filter(([, value]) => !value)
       .map(([name]) => name);
-    if (missing.length > 0 || !SCHEDULE_GROUP_NAME || !SCHEDULER_ROLE_ARN || !RUN_QUEUE_ARN) {
+    if (missing.length > 0 || !SCHEDULE_GROUP_NAME || !SCHEDULER_ROLE_ARN) {
       throw new Error(`${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not set: this function may not schedule: manifest access.scheduler`);
     }
     return new EventBridgeScheduler({
       groupName: SCHEDULE_GROUP_NAME,
       roleArn: SCHEDULER_ROLE_ARN,
-      targetQueueArn: RUN_QUEUE_ARN,
+      targetQueueArns: { ...(RUN_QUEUE_ARN ? { run: RUN_QUEUE_ARN } : {}), ...(WEBHOOK_QUEUE_ARN ? { webhook: WEBHOOK_QUEUE_ARN } : {}) },
       region: AWS_REGION,
       ...(SCHEDULER_ENDPOINT ? { endpoint: SCHEDULER_ENDPOINT } : {}),
     });

@@ -3,6 +3,11 @@
  * runtime (fauxqs) both build theirs from it, and the queue sender finds a queue's URL through `envVar`. Each queue
  * has a dead-letter queue after `maxReceiveCount` deliveries.
  *
+ * - `arnEnvVar`: where a function that schedules deliveries onto the queue finds its ARN (EventBridge Scheduler
+ *   targets a queue by ARN: lambdas/scheduling/scheduler.ts).
+ * - `deadLetterEnvVar`: where a function allowed to put messages on the queue's dead-letter queue itself finds its
+ *   URL (the webhook sender parks a delivery whose retries are exhausted there: docs/webhooks.md).
+ *
  * Consumer settings live beside the queue they concern:
  * - `consumerTimeoutSeconds`: the longest a consumer of the queue may run. A message stays invisible for six times
  *   that (AWS's advice for Lambda event sources), so a slow but healthy batch is never handed to a second consumer
@@ -12,6 +17,8 @@
 export const QUEUES = [
   {
     envVar: 'RUN_QUEUE_URL',
+    arnEnvVar: 'RUN_QUEUE_ARN',
+    deadLetterEnvVar: 'RUN_DEAD_LETTER_QUEUE_URL',
     name: 'run',
     maxReceiveCount: 5,
     /** The vessel executor: one run, up to Lambda's maximum. */
@@ -21,9 +28,11 @@ export const QUEUES = [
   },
   {
     envVar: 'WEBHOOK_QUEUE_URL',
+    arnEnvVar: 'WEBHOOK_QUEUE_ARN',
+    deadLetterEnvVar: 'WEBHOOK_DEAD_LETTER_QUEUE_URL',
     name: 'webhook',
     maxReceiveCount: 8,
-    /** The webhook sender: a 10 s delivery plus bookkeeping. */
+    /** The webhook sender: a 10 s delivery plus bookkeeping (its 1 + 7 attempts are separate messages: docs/webhooks.md). */
     consumerTimeoutSeconds: 30,
     /** Ten callbacks per invocation. */
     batchSize: 10,
@@ -33,6 +42,8 @@ export const QUEUES = [
 export type QueueSpec = (typeof QUEUES)[number];
 export type QueueName = QueueSpec['name'];
 export type QueueEnvVar = QueueSpec['envVar'];
+export type QueueArnEnvVar = QueueSpec['arnEnvVar'];
+export type DeadLetterEnvVar = QueueSpec['deadLetterEnvVar'];
 
 /** How many times a queue's consumer timeout its messages stay invisible after a receive. */
 export const VISIBILITY_TIMEOUT_FACTOR = 6;

@@ -1,4 +1,5 @@
 import { logger } from '../observability/logger.ts';
+import { firstRound } from '../webhooks/record.ts';
 import { handOffCallback } from './callback.ts';
 import type { StoredVessel, VesselOutput } from './record.ts';
 import type { VesselStatus } from './states.ts';
@@ -8,7 +9,7 @@ export type EndStatus = Extract<VesselStatus, 'COMPLETED' | 'FAILED' | 'CANCELED
 
 /**
  * Ends a vessel — one conditional move to COMPLETED, FAILED or CANCELED from `from` (and `when`) — and hands its
- * callback to the webhook queue. A vessel with a callback stays in the reconcile index until the hand-off is done,
+ * callback to the webhook sender (its delivery record starts as `pending`). A vessel with a callback stays in the reconcile index until the hand-off is done,
  * so a hand-off lost to a crash between the two writes is made by the reconciler. Returns the ended vessel, or
  * undefined when the condition did not hold (someone else moved it first).
  */
@@ -16,7 +17,8 @@ export async function endVessel(
   vessel: StoredVessel,
   end: { to: EndStatus; from: VesselStatus | readonly VesselStatus[]; when?: { expression: string; values: Record<string, unknown> }; output: VesselOutput; now: Date },
 ): Promise<StoredVessel | undefined> {
-  const watch = vessel.callback ? { reconcileAt: redriveAt(end.now.getTime()) } : {};
+  // A callback's delivery starts with the end: pending, in the record at once; watched until handed off.
+  const watch = vessel.callback ? { reconcileAt: redriveAt(end.now.getTime()), webhook: firstRound() } : {};
   const moved = await moveVessel(vessel.vesselId, {
     to: end.to,
     from: end.from,
@@ -31,12 +33,17 @@ export async function endVessel(
   return ended;
 }
 
-/** Hands an ended vessel's callback to the webhook queue, then stops watching it; a failure leaves it watched. */
-export async function handOff(ended: StoredVessel): Promise<void> {
+/**
+ * Hands an ended vessel's callback to the webhook queue, then stops watching it; a failure leaves it watched (the
+ * reconciler retries it). True when it was handed off.
+ */
+export async function handOff(ended: StoredVessel): Promise<boolean> {
   try {
     await handOffCallback(ended);
     await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: Date.now() }, remove: ['reconcileShard', 'reconcileAt'] });
+    return true;
   } catch (err) {
     logger.warn('callback hand-off failed; the reconciler retries it', { vesselId: ended.vesselId, error: err as Error });
+    return false;
   }
 }

@@ -1,6 +1,7 @@
 import type { RunOptions } from '../agent/options.ts';
 import type { RunResult } from '../agent/run.ts';
 import type { Caller } from '../auth/claims.ts';
+import { webhookView, type StoredWebhook } from '../webhooks/record.ts';
 import { flagsOf, type VesselStatus } from './states.ts';
 
 /**
@@ -77,6 +78,8 @@ export interface StoredVessel {
   callback?: StoredCallback;
   /** When the callback was put on the webhook queue (epoch ms); until then the reconciler watches for the hand-off. */
   callbackHandedOffAt?: number;
+  /** The callback's delivery, from the vessel's end on (docs/webhooks.md). */
+  webhook?: StoredWebhook;
   /** The one-time schedule that will deliver the trigger, when due later than SQS can delay. */
   scheduleName?: string;
   /** Present while the reconciler must watch the vessel (the table's `reconcile` index). */
@@ -108,6 +111,7 @@ export function vesselView(v: StoredVessel) {
     ...(v.cancelRequested && v.status === 'EXECUTING' ? { cancelRequested: true } : {}),
     ...(v.callback ? { callback: { url: v.callback.url, signed: v.callback.secretCiphertext !== undefined } } : {}),
     ...(v.output && flagsOf(v.status).isCompleted ? { output: ordered(v.output) } : {}),
+    ...(v.callback && v.webhook ? { webhook: webhookView(v.webhook) } : {}),
   };
 }
 export type VesselView = ReturnType<typeof vesselView>;

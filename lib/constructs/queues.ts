@@ -62,14 +62,24 @@ export class GatewayQueues extends Construct {
   }
 
   /**
-   * Lets `fn` put messages on a queue — `sqs:SendMessage` on that queue only — and tells it the queue's URL
-   * (and, for the run queue, its ARN: EventBridge Scheduler targets it by ARN).
+   * Lets `fn` put messages on a queue — `sqs:SendMessage` on that queue only — and tells it the queue's URL and ARN
+   * (EventBridge Scheduler targets a queue by ARN).
    */
   grantSend(name: QueueName, fn: lambda.Function): void {
     const { queue, envVar } = this.byName[name];
     fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [queue.queueArn] }));
     fn.addEnvironment(envVar, queue.queueUrl);
-    if (name === 'run') fn.addEnvironment('RUN_QUEUE_ARN', queue.queueArn);
+    fn.addEnvironment(queueSpec(name).arnEnvVar, queue.queueArn);
+  }
+
+  /**
+   * Lets `fn` put messages on a queue's dead-letter queue itself — `sqs:SendMessage` there only — and tells it its
+   * URL: a consumer that gives up on a message it handled parks it there (the webhook sender, docs/webhooks.md).
+   */
+  grantSendToDeadLetter(name: QueueName, fn: lambda.Function): void {
+    const { deadLetterQueue } = this.byName[name];
+    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [deadLetterQueue.queueArn] }));
+    fn.addEnvironment(queueSpec(name).deadLetterEnvVar, deadLetterQueue.queueUrl);
   }
 
   /**

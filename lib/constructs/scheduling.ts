@@ -7,30 +7,28 @@ import { Construct } from 'constructs';
 
 export interface GatewaySchedulingProps {
   readonly stage: string;
-  /** The queue due vessels are delivered to. */
-  readonly runQueue: sqs.IQueue;
+  /** The queues schedules deliver to: the run queue (vessels due later) and the webhook queue (later retries). */
+  readonly targetQueues: readonly sqs.IQueue[];
 }
 
 /**
- * EventBridge Scheduler for vessels due later than SQS's 15-minute delay allows: a schedule group the gateway's
- * one-time schedules live in, and the role Scheduler assumes to deliver them — it may send to the run queue and
- * do nothing else.
+ * EventBridge Scheduler for what is due later than SQS's 15-minute delay allows — vessels, and webhook retries: a
+ * schedule group the gateway's one-time schedules live in, and the role Scheduler assumes to deliver them — it may
+ * send to those queues and do nothing else.
  */
 export class GatewayScheduling extends Construct {
   readonly group: scheduler.CfnScheduleGroup;
   readonly groupName: string;
   readonly role: iam.Role;
-  private readonly runQueue: sqs.IQueue;
 
   constructor(scope: Construct, id: string, props: GatewaySchedulingProps) {
     super(scope, id);
-    this.runQueue = props.runQueue;
     this.groupName = `prompt-gateway-${props.stage}`;
     this.group = new scheduler.CfnScheduleGroup(this, 'Group', { name: this.groupName });
 
     const { account } = Stack.of(this);
     this.role = new iam.Role(this, 'Role', {
-      description: `Prompt gateway (${props.stage}): EventBridge Scheduler delivers due vessels to the run queue`,
+      description: `Prompt gateway (${props.stage}): EventBridge Scheduler delivers due vessels and webhook retries to their queues`,
       // Confused-deputy guard: only schedules in the gateway's group (Scheduler names the group as the source) may
       // assume the role.
       assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com', {
@@ -38,7 +36,7 @@ export class GatewayScheduling extends Construct {
       }),
     });
     // SQS-managed encryption: no KMS permission is needed to send.
-    this.role.addToPolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [props.runQueue.queueArn] }));
+    this.role.addToPolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: props.targetQueues.map((q) => q.queueArn) }));
   }
 
   /** ARN of a schedule in the gateway's group. */
@@ -48,7 +46,8 @@ export class GatewayScheduling extends Construct {
 
   /**
    * Lets `fn` create and delete one-time schedules in the gateway's group (and hand them the delivery role), and
-   * tells it the group, role and target queue (SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, RUN_QUEUE_ARN).
+   * tells it the group and role (SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN); the target queues' ARNs come with the
+   * grants to send to them (GatewayQueues.grantSend).
    */
   grantScheduling(fn: lambda.Function): void {
     fn.addToRolePolicy(
@@ -60,7 +59,6 @@ export class GatewayScheduling extends Construct {
     this.role.grantPassRole(fn.grantPrincipal);
     fn.addEnvironment('SCHEDULE_GROUP_NAME', this.groupName);
     fn.addEnvironment('SCHEDULER_ROLE_ARN', this.role.roleArn);
-    fn.addEnvironment('RUN_QUEUE_ARN', this.runQueue.queueArn);
     // On the role, whose policy holds the statement (a GatewayFunction's role is not a child of its function).
     Validations.of(fn.role ?? fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/${this.groupName}/*]`,

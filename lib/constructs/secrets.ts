@@ -14,7 +14,8 @@ export interface GatewaySecretsProps {
  * The two secrets the gateway holds:
  * - a KMS key (yearly rotation) that encrypts projects' provider keys. The operator CLI encrypts with it from
  *   outside AWS. In AWS the functions that call providers may only Decrypt with it (`providers` in the manifest),
- *   and the functions that store webhook callback secrets with the same cipher may only Encrypt (`encrypts`).
+ *   the functions that store webhook callback secrets with the same cipher may only Encrypt (`encrypts`), and the
+ *   webhook sender, which reads them, may only Decrypt (`decrypts`).
  * - the Secrets Manager secret with the service's own Anthropic key. It is created without a value; the operator
  *   puts the key into it once (docs/deploy.md), and replaces it to rotate.
  */
@@ -54,6 +55,12 @@ export class GatewaySecrets extends Construct {
    */
   grantEncrypt(fn: lambda.Function): void {
     this.providerKeysKey.grant(fn, 'kms:Encrypt');
+    fn.addEnvironment('PROVIDER_KEYS_KMS_KEY_ID', this.providerKeysKey.keyArn);
+  }
+
+  /** Lets `fn` decrypt with the provider-keys key (`kms:Decrypt` only) and tells it the key, as grantEncrypt does. */
+  grantDecryptOnly(fn: lambda.Function): void {
+    this.providerKeysKey.grantDecrypt(fn);
     fn.addEnvironment('PROVIDER_KEYS_KMS_KEY_ID', this.providerKeysKey.keyArn);
   }
 }

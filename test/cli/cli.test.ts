@@ -214,7 +214,7 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
       cli(['developer', 'create', '--id', 'dev-neg', '--plan-seconds', '5', '--pool-seconds', '-1', '--json']),
       cli(['developer', 'create', '--id', '--plan-seconds', '5']),
     ]);
-    const all = ['developer create', 'developer set-plan', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'token mint'];
+    const all = ['developer create', 'developer set-plan', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'webhook show', 'webhook redeliver', 'token mint'];
     for (const r of [help, dashHelp]) {
       expect(r.code).toBe(0);
       expect(r.stderr).toBe('');
@@ -378,7 +378,7 @@ describe('CLI invocation errors (main() in process; exit code = its return value
   it('--help lists every command and exits 0', async () => {
     const r = await run(['--help']);
     expect(r.code).toBe(0);
-    for (const c of ['developer create', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'token mint']) {
+    for (const c of ['developer create', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'webhook show', 'webhook redeliver', 'token mint']) {
       expect(r.stdout).toContain(`  ${c} `);
     }
   });

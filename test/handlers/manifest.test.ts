@@ -175,6 +175,7 @@ describe('the local runtime routes by the manifest', () => {
       Prompt: 'prompt',
       VesselExecutor: 'vessel-executor',
       VesselReconciler: 'vessel-reconciler',
+      WebhookSender: 'webhook-sender',
     });
   });
 

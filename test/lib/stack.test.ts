@@ -12,6 +12,7 @@ import { TABLES, VESSELS_PARKED_INDEX, VESSELS_RECONCILE_INDEX } from '../../lam
 import { buildGatewayApp, gatewayOptions } from '../../lib/app.ts';
 import { GatewayQueues } from '../../lib/constructs/queues.ts';
 import { GatewayScheduling } from '../../lib/constructs/scheduling.ts';
+import { GatewaySecrets } from '../../lib/constructs/secrets.ts';
 import { GatewayStack } from '../../lib/gateway-stack.ts';
 import { GatewayChecks, gatewayNagPacks } from '../../lib/nag.ts';
 import { asArray, iamStatements, removeTestApps, roleStatements, testApp } from './helpers.ts';
@@ -29,6 +30,9 @@ const OUTPUTS = [
   'AnthropicKeySecretArn',
   'Region',
   'PromptFunctionName',
+  // The CLI's `webhook redeliver` and `webhook show` (docs/webhooks.md).
+  'WebhookQueueUrl',
+  'WebhookDeadLetterQueueUrl',
 ];
 
 // One synth of the app exactly as bin/app.ts builds it (default context: stage dev), shared by the tests below.
@@ -107,7 +111,8 @@ describe('cdk-nag', () => {
         'AwsSolutions-APIG4',
         'AwsSolutions-COG4',
         'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]',
-        // The functions that schedule vessels may manage any schedule of the gateway's group (names are per vessel).
+        // The functions that schedule (vessels, webhook retries) may manage any schedule of the gateway's group (names
+        // are per vessel, per delivery attempt).
         'AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/prompt-gateway-dev/*]',
         'AwsSolutions-L1',
         'AwsSolutions-SMG4',
@@ -188,9 +193,10 @@ describe('IAM', () => {
     }
   });
 
-  it('the functions that call providers may Decrypt with the provider-keys key, those that encrypt may Encrypt, nothing else of it', () => {
+  it('the functions that call providers (or only decrypt) may Decrypt with the provider-keys key, those that encrypt may Encrypt, nothing else of it', () => {
     expect(FUNCTIONS.filter((f) => f.access.providers).map((f) => f.id)).toEqual(['Channeling', 'Prompt', 'VesselExecutor']);
     expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).encrypts).map((f) => f.id)).toEqual(['ConjureApi']);
+    expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).decrypts).map((f) => f.id)).toEqual(['WebhookSender']);
     const keyArn = { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] };
     // Every kms: action of every policy, with the roles it is attached to: exactly one statement per grant.
     const kmsGrants = iamStatements(resources)
@@ -201,7 +207,7 @@ describe('IAM', () => {
       const access: FunctionAccess = f.access;
       const roles = [{ Ref: logicalIdOf(stack.functionOf(f.id).role) }];
       return [
-        ...(access.providers ? [JSON.stringify({ roles, action: 'kms:Decrypt', resource: keyArn })] : []),
+        ...(access.providers || access.decrypts ? [JSON.stringify({ roles, action: 'kms:Decrypt', resource: keyArn })] : []),
         ...(access.encrypts ? [JSON.stringify({ roles, action: 'kms:Encrypt', resource: keyArn })] : []),
       ];
     }).sort();
@@ -227,7 +233,13 @@ describe('IAM', () => {
     const conjureEnv = envOf(stack.conjure);
     expect(conjureEnv.PROVIDER_KEYS_KMS_KEY_ID).toEqual(keyArn);
     expect(conjureEnv.ANTHROPIC_API_KEY_SECRET_ARN).toBeUndefined();
-    // A function that neither calls providers nor encrypts is not told the key.
+    // The webhook sender reads callback secrets: Decrypt only, no Anthropic secret; it knows the key, not the secret.
+    const senderActions = roleStatements(resources, logicalIdOf(stack.functionOf('WebhookSender').role)).flatMap(({ statement }) => asArray(statement.Action));
+    expect(senderActions.filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual(['kms:Decrypt']);
+    const senderEnv = envOf(stack.functionOf('WebhookSender'));
+    expect(senderEnv.PROVIDER_KEYS_KMS_KEY_ID).toEqual(keyArn);
+    expect(senderEnv.ANTHROPIC_API_KEY_SECRET_ARN).toBeUndefined();
+    // A function that neither calls providers nor encrypts nor decrypts is not told the key.
     expect(envOf(stack.functionOf('VesselReconciler')).PROVIDER_KEYS_KMS_KEY_ID).toBeUndefined();
   });
 
@@ -256,10 +268,12 @@ describe('IAM', () => {
   it('each function may do exactly what its manifest access says, beyond its tables and its own logs', () => {
     for (const spec of FUNCTIONS as readonly FunctionSpec[]) {
       const { access, trigger } = spec;
+      const deadLetters = access.deadLetters ?? [];
       const expected = [
         ...(access.providers ? ['kms:Decrypt', 'secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'] : []),
         ...(access.encrypts ? ['kms:Encrypt'] : []),
-        ...(access.queues.length ? ['sqs:SendMessage'] : []),
+        ...(access.decrypts ? ['kms:Decrypt'] : []),
+        ...(access.queues.length || deadLetters.length ? ['sqs:SendMessage'] : []),
         ...(access.scheduler ? ['iam:PassRole', 'scheduler:CreateSchedule', 'scheduler:DeleteSchedule'] : []),
         // An SQS event source consumes its queue.
         ...(trigger.kind === 'sqs' ? ['sqs:ChangeMessageVisibility', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage'] : []),
@@ -270,7 +284,13 @@ describe('IAM', () => {
       expect([...new Set(actions)].sort(), spec.id).toEqual([...new Set(expected)].sort());
       const env = envOf(stack.functionOf(spec.id));
       for (const name of ['SCHEDULE_GROUP_NAME', 'SCHEDULER_ROLE_ARN']) expect(env[name] !== undefined, `${spec.id} ${name}`).toBe(access.scheduler === true);
-      for (const queue of QUEUES) expect(env[queue.envVar] !== undefined, `${spec.id} ${queue.envVar}`).toBe(access.queues.includes(queue.name));
+      for (const queue of QUEUES) {
+        // A queue's URL and ARN come together with the grant to send to it (the ARN is what a schedule targets).
+        expect(env[queue.envVar] !== undefined, `${spec.id} ${queue.envVar}`).toBe(access.queues.includes(queue.name));
+        expect(env[queue.arnEnvVar] !== undefined, `${spec.id} ${queue.arnEnvVar}`).toBe(access.queues.includes(queue.name));
+        expect(env[queue.deadLetterEnvVar] !== undefined, `${spec.id} ${queue.deadLetterEnvVar}`).toBe(deadLetters.includes(queue.name));
+      }
+      expect(env.PROVIDER_KEYS_KMS_KEY_ID !== undefined, `${spec.id} PROVIDER_KEYS_KMS_KEY_ID`).toBe(Boolean(access.providers || access.encrypts || access.decrypts));
     }
   });
 
@@ -454,7 +474,7 @@ describe('helpers for the later queue and scheduler users', () => {
     const probeApp = testApp();
     const probe = new Stack(probeApp, 'Producers');
     const queues = new GatewayQueues(probe, 'Queues', { production: false });
-    const scheduling = new GatewayScheduling(probe, 'Scheduling', { stage: 'dev', runQueue: queues.byName.run.queue });
+    const scheduling = new GatewayScheduling(probe, 'Scheduling', { stage: 'dev', targetQueues: queues.all.map((q) => q.queue) });
     const fn = new lambda.Function(probe, 'Producer', {
       runtime: lambda.Runtime.NODEJS_22_X,
       handler: 'index.handler',
@@ -463,31 +483,77 @@ describe('helpers for the later queue and scheduler users', () => {
     queues.grantSend('run', fn);
     queues.grantSend('webhook', fn);
     scheduling.grantScheduling(fn);
-    const t = Template.fromStack(probe);
-    t.hasResourceProperties('AWS::Lambda::Function', {
-      Environment: {
-        Variables: {
-          RUN_QUEUE_URL: Match.anyValue(),
-          RUN_QUEUE_ARN: Match.anyValue(),
-          WEBHOOK_QUEUE_URL: Match.anyValue(),
-          SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
-          SCHEDULER_ROLE_ARN: Match.anyValue(),
-        },
-      },
+    // Scheduling alone names no target queue: a queue's ARN comes with the grant to send to it.
+    const schedulesOnly = new lambda.Function(probe, 'SchedulesOnly', {
+      runtime: lambda.Runtime.NODEJS_22_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {}'),
     });
+    scheduling.grantScheduling(schedulesOnly);
+    const t = Template.fromStack(probe);
+    const pid = (c: IConstruct) => probe.getLogicalId((CfnElement.isCfnElement(c) ? c : c.node.defaultChild) as CfnElement);
+    const probeResources = t.toJSON().Resources as typeof resources;
+    const variablesOf = (c: IConstruct) => (probeResources[pid(c)]!.Properties?.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables ?? {};
+    expect(variablesOf(fn)).toEqual({
+      RUN_QUEUE_URL: { Ref: pid(queues.byName.run.queue) },
+      RUN_QUEUE_ARN: { 'Fn::GetAtt': [pid(queues.byName.run.queue), 'Arn'] },
+      WEBHOOK_QUEUE_URL: { Ref: pid(queues.byName.webhook.queue) },
+      WEBHOOK_QUEUE_ARN: { 'Fn::GetAtt': [pid(queues.byName.webhook.queue), 'Arn'] },
+      SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
+      SCHEDULER_ROLE_ARN: { 'Fn::GetAtt': [pid(scheduling.role), 'Arn'] },
+    });
+    expect(variablesOf(schedulesOnly)).toEqual({ SCHEDULE_GROUP_NAME: 'prompt-gateway-dev', SCHEDULER_ROLE_ARN: { 'Fn::GetAtt': [pid(scheduling.role), 'Arn'] } });
     const actions = iamStatements(t.toJSON().Resources)
       .filter(({ logicalId }) => logicalId.startsWith('ProducerServiceRoleDefaultPolicy'))
       .flatMap(({ statement }) => asArray(statement.Action));
     expect([...new Set(actions)].sort()).toEqual(['iam:PassRole', 'scheduler:CreateSchedule', 'scheduler:DeleteSchedule', 'sqs:SendMessage']);
+    const sendsOf = (prefix: string) =>
+      iamStatements(t.toJSON().Resources)
+        .filter(({ logicalId, statement }) => logicalId.startsWith(prefix) && asArray(statement.Action).includes('sqs:SendMessage'))
+        .flatMap(({ statement }) => asArray(statement.Resource as unknown));
+    expect(sendsOf('ProducerServiceRoleDefaultPolicy')).toEqual([
+      { 'Fn::GetAtt': [pid(queues.byName.run.queue), 'Arn'] },
+      { 'Fn::GetAtt': [pid(queues.byName.webhook.queue), 'Arn'] },
+    ]);
+    expect(sendsOf('SchedulesOnlyServiceRoleDefaultPolicy')).toEqual([]);
     const iam5 = gatewayNagPacks(probeApp)
       .flatMap((pack) => pack.validateScope(probe).violations)
       .filter((v) => v.ruleName.startsWith('AwsSolutions-IAM5'));
     expect(iam5).toEqual([]);
   });
+
+  it('grantSendToDeadLetter and grantDecryptOnly give one action on one resource, and the one variable it needs', () => {
+    const probeApp = testApp();
+    const probe = new Stack(probeApp, 'DeadLetters');
+    const queues = new GatewayQueues(probe, 'Queues', { production: false });
+    const secrets = new GatewaySecrets(probe, 'Secrets', { stage: 'dev', production: false });
+    const fn = new lambda.Function(probe, 'Parker', {
+      runtime: lambda.Runtime.NODEJS_22_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {}'),
+    });
+    queues.grantSendToDeadLetter('webhook', fn);
+    secrets.grantDecryptOnly(fn);
+    const t = Template.fromStack(probe);
+    const pid = (c: IConstruct) => probe.getLogicalId((CfnElement.isCfnElement(c) ? c : c.node.defaultChild) as CfnElement);
+    const probeResources = t.toJSON().Resources as typeof resources;
+    expect((probeResources[pid(fn)]!.Properties?.Environment as { Variables?: Record<string, unknown> }).Variables).toEqual({
+      WEBHOOK_DEAD_LETTER_QUEUE_URL: { Ref: pid(queues.byName.webhook.deadLetterQueue) },
+      PROVIDER_KEYS_KMS_KEY_ID: { 'Fn::GetAtt': [pid(secrets.providerKeysKey), 'Arn'] },
+    });
+    const statements = iamStatements(probeResources)
+      .filter(({ logicalId }) => logicalId.startsWith('ParkerServiceRoleDefaultPolicy'))
+      .map(({ statement }) => statement);
+    // The dead-letter queue only (not the queue itself); Decrypt only (not Encrypt, not the Anthropic secret).
+    expect(statements).toEqual([
+      { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: { 'Fn::GetAtt': [pid(queues.byName.webhook.deadLetterQueue), 'Arn'] } },
+      { Action: 'kms:Decrypt', Effect: 'Allow', Resource: { 'Fn::GetAtt': [pid(secrets.providerKeysKey), 'Arn'] } },
+    ]);
+  });
 });
 
 describe('scheduler', () => {
-  it('a schedule group, and a role only EventBridge Scheduler of this group may assume, allowed only sqs:SendMessage on the run queue', () => {
+  it('a schedule group, and a role only EventBridge Scheduler of this group may assume, allowed only sqs:SendMessage on the run and webhook queues', () => {
     template.resourceCountIs('AWS::Scheduler::ScheduleGroup', 1);
     template.hasResourceProperties('AWS::Scheduler::ScheduleGroup', { Name: 'prompt-gateway-dev' });
     const roleId = logicalIdOf(stack.scheduling.role);
@@ -512,8 +578,16 @@ describe('scheduler', () => {
       const r = resources[logicalId]!;
       return logicalId === roleId || asArray(r.Properties?.Roles as unknown[]).some((ref) => JSON.stringify(ref) === JSON.stringify({ Ref: roleId }));
     });
+    // The queues themselves, never their dead-letter queues.
     expect(statements.map((s) => s.statement)).toEqual([
-      { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] } },
+      {
+        Action: 'sqs:SendMessage',
+        Effect: 'Allow',
+        Resource: [
+          { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] },
+          { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.webhook.queue), 'Arn'] },
+        ],
+      },
     ]);
   });
 });
@@ -530,18 +604,25 @@ describe('vessels', () => {
   };
   const statementsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).map(({ statement }) => ({ id, statement }));
 
-  it('conjure (only) may create and delete schedules in the gateway\'s group only, handing them only the delivery role', () => {
-    for (const id of ['ConjureApi']) {
+  it('conjure and the webhook sender (only) may create and delete schedules in the gateway\'s group only, handing them only the delivery role', () => {
+    expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).scheduler).map((f) => f.id)).toEqual(['ConjureApi', 'WebhookSender']);
+    // Each is told the group, the role, and the queue it schedules onto (conjure: due vessels; the sender: retries).
+    const targetOf = { ConjureApi: 'run', WebhookSender: 'webhook' } as const;
+    for (const [id, queue] of Object.entries(targetOf)) {
       const statements = statementsOf(id);
       for (const expected of schedulingStatements(id)) expect(statements).toContainEqual(expected);
       expect(statements.filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a.startsWith('iam:')))).toEqual(schedulingStatements(id));
+      const spec = queueSpec(queue);
       expect(envOf(stack.functionOf(id))).toMatchObject({
         SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
         SCHEDULER_ROLE_ARN: { 'Fn::GetAtt': [logicalIdOf(stack.scheduling.role), 'Arn'] },
-        RUN_QUEUE_ARN: { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] },
-        RUN_QUEUE_URL: { Ref: logicalIdOf(stack.queues.byName.run.queue) },
+        [spec.arnEnvVar]: { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName[queue].queue), 'Arn'] },
+        [spec.envVar]: { Ref: logicalIdOf(stack.queues.byName[queue].queue) },
       });
     }
+    // Neither is told (nor may send to) the other's queue.
+    expect(envOf(stack.conjure).WEBHOOK_QUEUE_ARN).toBeUndefined();
+    expect(envOf(stack.functionOf('WebhookSender')).RUN_QUEUE_ARN).toBeUndefined();
     // The executor and the reconciler never schedule (only a cancel removes a schedule).
     for (const id of ['VesselExecutor', 'VesselReconciler']) {
       expect(statementsOf(id).filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a === 'iam:PassRole')), id).toEqual([]);
@@ -559,6 +640,8 @@ describe('vessels', () => {
     expect(sendsTo('VesselExecutor')).toEqual([queueArn('run'), queueArn('webhook')]);
     expect(sendsTo('VesselReconciler')).toEqual([queueArn('run'), queueArn('webhook')]);
     expect(envOf(stack.conjure).WEBHOOK_QUEUE_URL).toBeUndefined();
+    // Only the executor and the reconciler hand webhook deliveries over this way besides the sender (its retries).
+    expect(FUNCTIONS.filter((f) => (f.access.queues as readonly string[]).includes('webhook')).map((f) => f.id)).toEqual(['VesselExecutor', 'VesselReconciler', 'WebhookSender']);
   });
 
   it('the executor consumes the run queue one vessel per invocation, at most 20 at once, reporting partial batch failures', () => {
@@ -597,6 +680,69 @@ describe('vessels', () => {
       SourceArn: { 'Fn::GetAtt': [ruleId, 'Arn'] },
     });
     expect(resources[logicalIdOf(reconciler.fn)]!.Properties).toMatchObject({ Timeout: 60, MemorySize: 256 });
+  });
+});
+
+describe('webhooks', () => {
+  const sender = () => stack.functionOf('WebhookSender');
+  const webhook = () => stack.queues.byName.webhook;
+  const arnOf = (c: IConstruct) => ({ 'Fn::GetAtt': [logicalIdOf(c), 'Arn'] });
+
+  it('the webhook sender consumes the webhook queue ten deliveries at a time, reporting partial batch failures, within 30 s', () => {
+    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(sender().fn) }));
+    expect(mappings.map(([, m]) => m.Properties)).toEqual([
+      expect.objectContaining({ EventSourceArn: arnOf(webhook().queue), BatchSize: 10, FunctionResponseTypes: ['ReportBatchItemFailures'] }),
+    ]);
+    expect(queueSpec('webhook').batchSize).toBe(10);
+    // The webhook queue has no other consumer.
+    const onWebhook = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.EventSourceArn) === JSON.stringify(arnOf(webhook().queue)));
+    expect(onWebhook).toHaveLength(1);
+    // 30 s: a 10 s delivery plus bookkeeping, within the queue's consumer timeout (its visibility is 6x that).
+    expect(resources[logicalIdOf(sender().fn)]!.Properties).toMatchObject({ Timeout: 30, MemorySize: 256 });
+    expect(queueSpec('webhook').consumerTimeoutSeconds).toBe(30);
+  });
+
+  it('the webhook sender is told its queue, its dead-letter queue, the key, and the schedule group and role; no Anthropic secret, no run queue', () => {
+    const env = envOf(sender());
+    expect(env).toMatchObject({
+      WEBHOOK_QUEUE_URL: { Ref: logicalIdOf(webhook().queue) },
+      WEBHOOK_QUEUE_ARN: arnOf(webhook().queue),
+      WEBHOOK_DEAD_LETTER_QUEUE_URL: { Ref: logicalIdOf(webhook().deadLetterQueue) },
+      PROVIDER_KEYS_KMS_KEY_ID: arnOf(stack.secrets.providerKeysKey),
+      SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
+      SCHEDULER_ROLE_ARN: arnOf(stack.scheduling.role),
+      VESSELS_TABLE: { Ref: logicalIdOf(stack.data.tables.Vessels) },
+    });
+    for (const absent of ['ANTHROPIC_API_KEY_SECRET_ARN', 'RUN_QUEUE_URL', 'RUN_QUEUE_ARN', 'RUN_DEAD_LETTER_QUEUE_URL', 'ALLOW_LOOPBACK_URLS', 'WEBHOOK_RETRY_WAITS']) {
+      expect(env, absent).not.toHaveProperty(absent);
+    }
+  });
+
+  it('the webhook sender may Decrypt (never Encrypt), send to the webhook queue and its dead-letter queue, and schedule; nothing of Secrets Manager', () => {
+    const statements = roleStatements(resources, logicalIdOf(sender().role)).map(({ statement }) => statement);
+    const actions = statements.flatMap((st) => asArray(st.Action));
+    expect(actions.filter((a) => a.startsWith('kms:'))).toEqual(['kms:Decrypt']);
+    expect(actions).not.toContain('kms:Encrypt');
+    expect(actions.filter((a) => a.startsWith('secretsmanager:'))).toEqual([]);
+    expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('kms:')))).toEqual([
+      { Action: 'kms:Decrypt', Effect: 'Allow', Resource: arnOf(stack.secrets.providerKeysKey) },
+    ]);
+    const sendsTo = statements.filter((st) => asArray(st.Action).includes('sqs:SendMessage')).flatMap((st) => asArray(st.Resource as unknown));
+    // In whatever order CDK merges the statements.
+    expect(sendsTo.map((r) => JSON.stringify(r)).sort()).toEqual([arnOf(webhook().queue), arnOf(webhook().deadLetterQueue)].map((r) => JSON.stringify(r)).sort());
+    // Its table: Vessels only.
+    const tableIds = TABLES.map((t) => logicalIdOf(stack.data.tables[t.id]));
+    const onTables = tableIds.filter((id) => JSON.stringify(statements).includes(`"${id}"`));
+    expect(onTables).toEqual([logicalIdOf(stack.data.tables.Vessels)]);
+  });
+
+  it('no other role may send to a dead-letter queue', () => {
+    const dlqArns = stack.queues.all.map((q) => JSON.stringify(arnOf(q.deadLetterQueue)));
+    const senders = iamStatements(resources)
+      .filter(({ statement }) => asArray(statement.Action).includes('sqs:SendMessage'))
+      .filter(({ statement }) => asArray(statement.Resource as unknown).some((r) => dlqArns.includes(JSON.stringify(r))))
+      .map(({ logicalId }) => resources[logicalId]!.Properties?.Roles);
+    expect(senders).toEqual([[{ Ref: logicalIdOf(sender().role) }]]);
   });
 });
 
@@ -644,6 +790,8 @@ describe('observability', () => {
         'VesselExecutorThrottles',
         'VesselReconcilerErrorRate',
         'VesselReconcilerThrottles',
+        'WebhookSenderErrorRate',
+        'WebhookSenderThrottles',
         'RunDeadLetterQueueDepth',
         'WebhookDeadLetterQueueDepth',
       ]
@@ -671,7 +819,7 @@ describe('observability', () => {
       });
     }
     expect(JSON.stringify(alarm('ConjureApi5xxRate'))).toContain('5XXError');
-    for (const fnId of ['Channeling', 'Prompt', 'VesselExecutor', 'VesselReconciler']) {
+    for (const fnId of ['Channeling', 'Prompt', 'VesselExecutor', 'VesselReconciler', 'WebhookSender']) {
       const errorRate = JSON.stringify(alarm(`${fnId}ErrorRate`));
       expect(errorRate).toMatch(/"MetricName":"Errors".*"MetricName":"Invocations"|"MetricName":"Invocations".*"MetricName":"Errors"/);
       expect(errorRate).toContain(JSON.stringify({ Ref: logicalIdOf(stack.functionOf(fnId).fn) }));
@@ -679,7 +827,7 @@ describe('observability', () => {
     }
     expect(JSON.stringify(alarm('GatewayErrorRate'))).toContain('"Namespace":"PromptGateway"');
     const body = JSON.stringify(resources[logicalIdOf(stack.node.findChild('Observability').node.findChild('Dashboard'))]);
-    for (const metric of ['Requests', 'Errors', 'SpendMicrodollars', 'UpstreamLatency', 'Throttles', 'Duration', 'ApproximateNumberOfMessagesVisible', '5XXError']) {
+    for (const metric of ['Requests', 'Errors', 'SpendMicrodollars', 'UpstreamLatency', 'Throttles', 'Duration', 'ApproximateNumberOfMessagesVisible', '5XXError', 'VesselTriggers', 'VesselsReconciled', 'WebhookAttempts', 'WebhooksFailed']) {
       expect(body).toContain(metric);
     }
     expect(body).toContain('p99');
@@ -695,8 +843,12 @@ describe('outputs', () => {
   it('exports the names the operator CLI reads', () => {
     const outputs = Object.keys(template.toJSON().Outputs);
     expect(outputs).toEqual(expect.arrayContaining(OUTPUTS));
-    // One <Id>Url per function URL and the REST API's, nothing else; each function URL output is its own URL's.
-    expect(outputs.filter((o) => o.endsWith('Url')).sort()).toEqual(['ChannelingUrl', 'ConjureUrl', 'PromptUrl']);
+    // One <Id>Url per function URL and the REST API's, and the webhook queues' URLs, nothing else; each function URL
+    // output is its own URL's.
+    expect(outputs.filter((o) => o.endsWith('Url')).sort()).toEqual(['ChannelingUrl', 'ConjureUrl', 'PromptUrl', 'WebhookDeadLetterQueueUrl', 'WebhookQueueUrl']);
+    template.hasOutput('WebhookQueueUrl', { Value: { Ref: logicalIdOf(stack.queues.byName.webhook.queue) } });
+    template.hasOutput('WebhookDeadLetterQueueUrl', { Value: { Ref: logicalIdOf(stack.queues.byName.webhook.deadLetterQueue) } });
+    template.hasOutput('WebhookSenderFunctionName', { Value: { Ref: logicalIdOf(stack.functionOf('WebhookSender').fn) } });
     for (const fnId of ['Channeling', 'Prompt']) {
       const f = stack.functionOf(fnId);
       template.hasOutput(`${fnId}Url`, {
@@ -758,12 +910,13 @@ describe('a new function is one manifest entry', () => {
     const probe = new GatewayStack(probeApp, 'Triggers', {
       stage: 'dev',
       production: false,
+      // The probe consumer stands in for the manifest's webhook sender: one consumer per queue, as deployed.
       functions: [
-        ...FUNCTIONS,
+        ...FUNCTIONS.filter((f) => f.id !== 'WebhookSender'),
         {
           ...base,
-          id: 'WebhookSender',
-          description: 'Prompt gateway webhook sender',
+          id: 'WebhookProbe',
+          description: 'Prompt gateway webhook probe consumer',
           timeoutSeconds: 30,
           trigger: { kind: 'sqs', queue: 'webhook', maxConcurrency: 5 },
           access: { tables: { Vessels: 'readwrite' }, providers: false, queues: ['run'] },
@@ -794,7 +947,7 @@ describe('a new function is one manifest entry', () => {
     // sqs: the queue's batch size (QUEUES), partial failures, the concurrency cap; it may send to the run queue
     t.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
       EventSourceArn: { 'Fn::GetAtt': [idOf(probe.queues.byName.webhook.queue), 'Arn'] },
-      FunctionName: { Ref: idOf(probe.functionOf('WebhookSender').fn) },
+      FunctionName: { Ref: idOf(probe.functionOf('WebhookProbe').fn) },
       BatchSize: queueSpec('webhook').batchSize,
       FunctionResponseTypes: ['ReportBatchItemFailures'],
       ScalingConfig: { MaximumConcurrency: 5 },
@@ -812,7 +965,7 @@ describe('a new function is one manifest entry', () => {
     expect(routeKeys.sort()).toEqual(['$connect', '$default', '$disconnect']);
     t.hasResourceProperties('AWS::ApiGatewayV2::Stage', { StageName: 'dev', AutoDeploy: true, AccessLogSettings: { DestinationArn: Match.anyValue(), Format: Match.anyValue() } });
     t.hasResourceProperties('AWS::Lambda::Permission', { Principal: 'apigateway.amazonaws.com', FunctionName: fnArn('Sessions') });
-    expect(Object.keys(json.Outputs)).toEqual(expect.arrayContaining(['SessionsWebSocketUrl', 'SessionsFunctionName', 'WebhookSenderFunctionName', 'SweeperFunctionName']));
+    expect(Object.keys(json.Outputs)).toEqual(expect.arrayContaining(['SessionsWebSocketUrl', 'SessionsFunctionName', 'WebhookProbeFunctionName', 'SweeperFunctionName']));
 
     // schedule: an EventBridge rule on the expression, targeting the function
     t.hasResourceProperties('AWS::Events::Rule', {
@@ -832,10 +985,10 @@ describe('a new function is one manifest entry', () => {
         ),
       ].sort();
     };
-    expect(actionsOf('WebhookSender')).toEqual(
+    expect(actionsOf('WebhookProbe')).toEqual(
       expect.arrayContaining(['sqs:SendMessage', 'sqs:ReceiveMessage', 'sqs:DeleteMessage', 'dynamodb:PutItem', 'logs:PutLogEvents']),
     );
-    expect(actionsOf('WebhookSender').filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual([]);
+    expect(actionsOf('WebhookProbe').filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual([]);
     expect(actionsOf('Sessions')).toEqual(expect.arrayContaining(['execute-api:ManageConnections', 'dynamodb:PutItem']));
     expect(actionsOf('Sweeper').filter((a) => !a.startsWith('dynamodb:') && !a.startsWith('logs:'))).toEqual([]);
 

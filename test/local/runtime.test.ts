@@ -222,10 +222,17 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
     expect(Object.keys(queues.urls).sort()).toEqual(['RUN_QUEUE_URL', 'WEBHOOK_QUEUE_URL']);
     expect(queues.urls.RUN_QUEUE_URL).toMatch(/rt-run$/);
     expect(queues.urls.WEBHOOK_QUEUE_URL).toMatch(/rt-webhook$/);
-    // visibility as in the stack: 6 × the queue's consumer timeout (QUEUES)
+    // Each queue's dead-letter queue, under the variable a function allowed to send there reads.
+    expect(Object.keys(queues.deadLetterUrls).sort()).toEqual(['RUN_DEAD_LETTER_QUEUE_URL', 'WEBHOOK_DEAD_LETTER_QUEUE_URL']);
+    expect(queues.deadLetterUrls.RUN_DEAD_LETTER_QUEUE_URL).toMatch(/rt-run-dlq$/);
+    expect(queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL).toMatch(/rt-webhook-dlq$/);
+    expect(queues.arns).toEqual({ run: 'arn:aws:sqs:us-east-1:000000000000:rt-run', webhook: 'arn:aws:sqs:us-east-1:000000000000:rt-webhook' });
+    // visibility as in the stack: 6 × the queue's consumer timeout (QUEUES); the redrive to that very dead-letter queue
     for (const spec of QUEUES) {
-      const out = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.urls[spec.envVar], AttributeNames: ['VisibilityTimeout'] }));
+      const out = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.urls[spec.envVar], AttributeNames: ['VisibilityTimeout', 'RedrivePolicy'] }));
       expect(Number(out.Attributes?.VisibilityTimeout), spec.name).toBe(spec.consumerTimeoutSeconds * 6);
+      const dlq = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.deadLetterUrls[spec.deadLetterEnvVar], AttributeNames: ['QueueArn'] }));
+      expect(JSON.parse(out.Attributes?.RedrivePolicy ?? '{}'), spec.name).toMatchObject({ deadLetterTargetArn: dlq.Attributes?.QueueArn, maxReceiveCount: spec.maxReceiveCount });
     }
   });
 
@@ -385,8 +392,9 @@ describe('startGateway serves an sqs function of the manifest', () => {
       dynamoEndpoint: inject('dynamoEndpoint'),
       tablePrefix: 'sqsfn',
       simulateUpstreams: true,
+      // The recording consumer takes the webhook sender's place: two consumers of one queue would share its messages.
       functions: [
-        ...FUNCTIONS,
+        ...FUNCTIONS.filter((f) => f.id !== 'WebhookSender'),
         {
           id: 'RecordingConsumer',
           entry: 'test/queues/fixtures/recording-consumer.ts',
@@ -399,8 +407,13 @@ describe('startGateway serves an sqs function of the manifest', () => {
       ],
     });
     try {
-      // Every function of the manifest is served with its own trigger, and the consumer after them.
-      expect(gw.functions.map((f) => `${f.id}:${f.kind}`)).toEqual([...FUNCTIONS.map((f) => `${f.id}:${f.trigger.kind}`), 'RecordingConsumer:sqs']);
+      // Every function it was given is served with its own trigger, and the consumer after them; the webhook queue has
+      // no other consumer.
+      expect(gw.functions.map((f) => `${f.id}:${f.kind}`)).toEqual([
+        ...FUNCTIONS.filter((f) => f.id !== 'WebhookSender').map((f) => `${f.id}:${f.trigger.kind}`),
+        'RecordingConsumer:sqs',
+      ]);
+      expect(gw.functions.filter((f) => f.kind === 'sqs').map((f) => f.id)).toEqual(['VesselExecutor', 'RecordingConsumer']);
       expect((await fetch(`${gw.url}/health`)).status).toBe(200);
       // The handlers' environment names the queues, so the sender reaches the local fauxqs.
       const sender = sqsQueueSender();
@@ -458,8 +471,10 @@ describe('startGateway serves schedule functions, scales queue consumers out and
       tablePrefix: 'schedfn',
       simulateUpstreams: true,
       scheduleIntervalMs: 150,
+      // The concurrent consumer below takes the webhook sender's place on the webhook queue (the sender would take,
+      // and drop as "not a delivery", part of the messages meant for it).
       functions: [
-        ...FUNCTIONS,
+        ...FUNCTIONS.filter((f) => f.id !== 'WebhookSender'),
         {
           id: 'Recorder',
           entry: 'test/local/fixtures/scheduled-recorder.ts',
@@ -542,24 +557,45 @@ describe('startGateway serves schedule functions, scales queue consumers out and
     expect(recorder.running).toBe(0);
   });
 
-  it('hands the handlers the scheduler stand-in: SCHEDULER_ENDPOINT, the local group and role, the run queue\'s fauxqs ARN', async () => {
+  it('hands the handlers the scheduler stand-in: SCHEDULER_ENDPOINT, the local group and role, the queues\' fauxqs ARNs and dead-letter queues', async () => {
     let gw: Awaited<ReturnType<typeof startGateway>> | undefined;
     try {
       gw = await startGateway({ dynamoEndpoint: inject('dynamoEndpoint'), tablePrefix: 'schedenv', simulateUpstreams: true });
+      // By default every function of the manifest is served, the webhook sender on the webhook queue among them.
+      expect(gw.functions.map((f) => `${f.id}:${f.kind}`)).toEqual(FUNCTIONS.map((f) => `${f.id}:${f.trigger.kind}`));
+      expect(gw.functions.find((f) => f.id === 'WebhookSender')).toMatchObject({ kind: 'sqs' });
       expect(gw.scheduler.endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
       expect(process.env).toMatchObject({
         SCHEDULER_ENDPOINT: gw.scheduler.endpoint,
         SCHEDULE_GROUP_NAME: 'local',
         SCHEDULER_ROLE_ARN: expect.stringMatching(/^arn:aws:iam::\d{12}:role\//),
         RUN_QUEUE_ARN: gw.queues.arns.run,
+        WEBHOOK_QUEUE_ARN: gw.queues.arns.webhook,
+        RUN_QUEUE_URL: gw.queues.urls.RUN_QUEUE_URL,
+        WEBHOOK_QUEUE_URL: gw.queues.urls.WEBHOOK_QUEUE_URL,
+        RUN_DEAD_LETTER_QUEUE_URL: gw.queues.deadLetterUrls.RUN_DEAD_LETTER_QUEUE_URL,
+        WEBHOOK_DEAD_LETTER_QUEUE_URL: gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL,
       });
       expect(gw.queues.arns.run).toMatch(/:schedenv-run$/);
-      // What a handler's scheduler() creates lands in the stand-in, to the second, and is removed by cancel.
+      expect(gw.queues.arns.webhook).toMatch(/:schedenv-webhook$/);
+      expect(gw.queues.deadLetterUrls.RUN_DEAD_LETTER_QUEUE_URL).toMatch(/\/schedenv-run-dlq$/);
+      expect(gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL).toMatch(/\/schedenv-webhook-dlq$/);
+      // What a handler's scheduler() creates lands in the stand-in, to the second, with the queue it targets (the run
+      // queue unless told), and is removed by cancel.
       const at = new Date(Date.now() + 2 * 3_600_000);
+      const atSecond = `${at.toISOString().slice(0, 19)}.000Z`;
       await scheduler().schedule({ name: 'from-a-handler', at, body: '{"vesselId":"v"}' });
-      expect(gw.scheduler.pending()).toEqual([{ name: 'from-a-handler', at: `${at.toISOString().slice(0, 19)}.000Z`, body: '{"vesselId":"v"}' }]);
+      expect(gw.scheduler.pending()).toEqual([{ name: 'from-a-handler', at: atSecond, body: '{"vesselId":"v"}', queueUrl: gw.queues.urls.RUN_QUEUE_URL }]);
       await expect(scheduler().schedule({ name: 'from-a-handler', at, body: 'x' })).rejects.toSatisfy(isScheduleConflict);
+      await scheduler().schedule({ name: 'a-retry', at, body: '{"vesselId":"v","round":1,"attempt":2}', queue: 'webhook' });
+      expect(gw.scheduler.pending().find((p) => p.name === 'a-retry')).toEqual({
+        name: 'a-retry',
+        at: atSecond,
+        body: '{"vesselId":"v","round":1,"attempt":2}',
+        queueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL,
+      });
       await scheduler().cancel('from-a-handler');
+      await scheduler().cancel('a-retry');
       expect(gw.scheduler.pending()).toEqual([]);
     } finally {
       await gw?.stop();

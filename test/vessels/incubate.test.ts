@@ -8,6 +8,9 @@ import { developerComputeUsed } from '../../lambdas/plans/compute.ts';
 import { acquireLease, liveLeases, releaseLease, type Lease } from '../../lambdas/plans/leases.ts';
 import { wakeParkedVessels } from '../../lambdas/vessels/park.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
+import type { StoredVessel } from '../../lambdas/vessels/record.ts';
+import { callbackBodyText } from '../../lambdas/webhooks/body.ts';
+import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
@@ -19,6 +22,9 @@ import { idempotencyItems, MODEL, msBetween, vesselApi, vesselItems, type QueueR
  * (simulated upstream, fauxqs, DynamoDB Local): a vessel's whole life and its money, idempotency (replays, conflicts,
  * 20 concurrent duplicates), batches, a user whose budget is spent by the time the vessel runs, and the callback handed
  * to the webhook queue (docs/incubate.md).
+ *
+ * The gateway runs without the webhook sender: nothing consumes the webhook queue, so the tests read the hand-off there
+ * themselves (delivery is test/webhooks/'s).
  */
 let gw: TestGateway;
 let api: ReturnType<typeof vesselApi>;
@@ -26,7 +32,7 @@ let webhooks: SQSClient;
 let seq = 0;
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({ functions: FUNCTIONS.filter((f) => f.id !== 'WebhookSender') });
   api = vesselApi(gw);
   webhooks = sqsClient(gw.queues.endpoint);
 });
@@ -405,6 +411,10 @@ describe('batch', () => {
 });
 
 describe('callbacks', () => {
+  /** The delivery state a vessel with a callback has from its end on, until the webhook sender's first attempt. */
+  const PENDING_RECORD = { status: 'pending', attempts: [] };
+  const PENDING_STORED = { status: 'pending', round: 1, tried: 0, attempts: [] };
+
   it('a vessel that ends leaves the exact webhook message on the webhook queue; the secret is stored encrypted and never shown', async () => {
     const token = await gw.token({ user: `cb-${++seq}` });
     const secret = `whsec_${randomBytes(12).toString('hex')}`;
@@ -416,11 +426,25 @@ describe('callbacks', () => {
     const done = await api.ended(vesselId, token);
     expect(done.status).toBe('COMPLETED');
     expect(done.callback).toEqual({ url, signed: true });
+    // The delivery is pending from the end on (set in the same write as the status).
+    expect(done.webhook).toEqual(PENDING_RECORD);
 
+    // The message only says "attempt 1 of round 1 of this vessel": no URL, no secret, no body (all read from the vessel).
     const message = await webhookMessage(vesselId);
-    expect(message).toEqual({ vesselId, projectId: gw.projectId, webhookId: `msg_${vesselId}`, url, secretCiphertext: expect.any(String), body: expect.any(String) });
+    expect(message).toEqual({ vesselId, round: 1, attempt: 1 });
+
+    const stored = (await vesselItems(gw.projectId)).find((i) => i.vesselId === vesselId)! as unknown as StoredVessel;
+    expect(stored.callbackHandedOffAt).toEqual(expect.any(Number));
+    expect(stored.webhook).toEqual(PENDING_STORED);
+    expect(stored.callback).toEqual({ url, secretCiphertext: expect.any(String) });
+    // Encrypted for this project: it decrypts to the secret, and to nothing under another project.
+    const ciphertext = stored.callback!.secretCiphertext!;
+    expect(ciphertext).not.toContain(secret);
+    expect(await keyCipher().decrypt(ciphertext, { projectId: gw.projectId })).toBe(secret);
+    await expect(keyCipher().decrypt(ciphertext, { projectId: 'prj_other' })).rejects.toThrow();
+    // What the sender will sign and send, from the stored vessel.
     const { output } = done;
-    expect(message.body).toBe(
+    expect(callbackBodyText(stored)).toBe(
       JSON.stringify({
         success: true,
         text: 'word1 word2',
@@ -430,18 +454,16 @@ describe('callbacks', () => {
         status: 'COMPLETED',
       }),
     );
-    // Encrypted for this project: it decrypts to the secret, and to nothing under another project.
-    expect(message.secretCiphertext).not.toContain(secret);
-    expect(await keyCipher().decrypt(message.secretCiphertext as string, { projectId: gw.projectId })).toBe(secret);
-    await expect(keyCipher().decrypt(message.secretCiphertext as string, { projectId: 'prj_other' })).rejects.toThrow();
 
-    // Never in clear: not in the record, not in the stored item.
-    const shown = await fetch(`${gw.url}/incubate/vessel/${vesselId}`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.text());
+    // Never in clear: not in the record, not in the stored item; nor in the message.
+    const shownRes = await api.status(vesselId, token);
+    expect(shownRes.body.webhook).toEqual(PENDING_RECORD);
+    const shown = JSON.stringify(shownRes.body);
     expect(shown).not.toContain(secret);
     expect(shown).not.toContain('secretCiphertext');
-    const stored = (await vesselItems(gw.projectId)).find((i) => i.vesselId === vesselId)!;
+    expect(shown).not.toContain(ciphertext);
     expect(JSON.stringify(stored)).not.toContain(secret);
-    expect(stored.callbackHandedOffAt).toEqual(expect.any(Number));
+    expect(JSON.stringify(message)).not.toContain(secret);
   });
 
   it('a canceled vessel with an unsigned callback is handed off too: status CANCELED, no secret', async () => {
@@ -450,24 +472,28 @@ describe('callbacks', () => {
     const url = 'https://hooks.example.com/canceled';
     const res = await api.incubate({ message: 'Later', idempotencyKey, options: { token, model: MODEL }, ttl: 600, callback: { url } });
     expect(res.status).toBe(202);
-    const canceled = await api.cancel(res.body.vesselId, token);
+    const { vesselId } = res.body;
+    const canceled = await api.cancel(vesselId, token);
     expect(canceled.status).toBe(200);
     expect(canceled.body.callback).toEqual({ url, signed: false });
-    const message = await webhookMessage(res.body.vesselId);
-    expect(message).toEqual({
-      vesselId: res.body.vesselId,
-      projectId: gw.projectId,
-      webhookId: `msg_${res.body.vesselId}`,
-      url,
-      body: JSON.stringify({
+    expect(canceled.body.webhook).toEqual(PENDING_RECORD);
+    const message = await webhookMessage(vesselId);
+    expect(message).toEqual({ vesselId, round: 1, attempt: 1 });
+    expect((await api.status(vesselId, token)).body.webhook).toEqual(PENDING_RECORD);
+    const stored = (await vesselItems(gw.projectId)).find((i) => i.vesselId === vesselId)! as unknown as StoredVessel;
+    expect(stored.webhook).toEqual(PENDING_STORED);
+    // Unsigned: nothing to encrypt.
+    expect(stored.callback).toEqual({ url });
+    expect(callbackBodyText(stored)).toBe(
+      JSON.stringify({
         success: false,
         text: 'The vessel was canceled before it ran',
         result: { type: 'result', subtype: 'canceled', total_cost_usd: 0, usage: { input_tokens: 0, output_tokens: 0 } },
-        vesselId: res.body.vesselId,
+        vesselId,
         idempotencyKey,
         status: 'CANCELED',
       }),
-    });
+    );
   });
 
   it('a vessel without a callback puts nothing on the webhook queue', async () => {
@@ -475,6 +501,9 @@ describe('callbacks', () => {
     const res = await api.incubate({ message: 'Quiet [[words:1]]', idempotencyKey: freshKey('no-cb'), options: { token, model: MODEL } });
     const done = await api.ended(res.body.vesselId, token);
     expect(done.callback).toBeUndefined();
+    expect(done.webhook).toBeUndefined();
     await expect(webhookMessage(res.body.vesselId, 1_500)).rejects.toThrow('no webhook message');
+    const stored = (await vesselItems(gw.projectId)).find((i) => i.vesselId === res.body.vesselId)!;
+    expect(stored.webhook).toBeUndefined();
   });
 });

@@ -2,10 +2,12 @@ import { GetQueueAttributesCommand, PurgeQueueCommand, ReceiveMessageCommand, De
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sqsClient } from '../../bin/local/queues.ts';
+import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import type { StoredVessel } from '../../lambdas/vessels/record.ts';
 import { MAX_ATTEMPTS, reconcileVessels, type ReconcileReport } from '../../lambdas/vessels/reconciler.ts';
 import { reconcileShardOf } from '../../lambdas/vessels/store.ts';
+import { callbackBodyText } from '../../lambdas/webhooks/body.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { requestText, trackInFlight, type InFlightTracker } from '../support/inflight.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
@@ -19,6 +21,9 @@ import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
  *
  * Every vessel's message carries its own tag (`rc-N`), so the simulated upstream's record says which vessels ran,
  * how often, and never two executions of one vessel at once (test/support/inflight.ts).
+ *
+ * The gateway runs without the webhook sender: the tests read the callback hand-offs off the webhook queue themselves
+ * (delivery is test/webhooks/'s).
  */
 const REDRIVE_SECONDS = 2;
 let gw: TestGateway;
@@ -28,7 +33,11 @@ let tracker: InFlightTracker;
 let seq = 0;
 
 beforeAll(async () => {
-  gw = await startTestGateway({ scheduleIntervalMs: 3_600_000, env: { VESSEL_REDRIVE_AFTER_SECONDS: String(REDRIVE_SECONDS) } });
+  gw = await startTestGateway({
+    scheduleIntervalMs: 3_600_000,
+    env: { VESSEL_REDRIVE_AFTER_SECONDS: String(REDRIVE_SECONDS) },
+    functions: FUNCTIONS.filter((f) => f.id !== 'WebhookSender'),
+  });
   token = await gw.token({ user: 'reconciled', budget: { ai: 100_000_000, compute: 100_000 } });
   sqs = sqsClient(gw.queues.endpoint);
   tracker = trackInFlight(gw.upstreams.anthropic!, (r) => {
@@ -66,7 +75,7 @@ async function queueDepth(url: string): Promise<number> {
   return Number(a.ApproximateNumberOfMessages ?? 0) + Number(a.ApproximateNumberOfMessagesNotVisible ?? 0) + Number(a.ApproximateNumberOfMessagesDelayed ?? 0);
 }
 
-/** Every message now on the webhook queue (nothing consumes it yet: issue 15), removed. */
+/** Every message now on the webhook queue (nothing consumes it here: the gateway runs without the webhook sender), removed. */
 async function drainWebhooks(): Promise<Record<string, unknown>[]> {
   const got: Record<string, unknown>[] = [];
   for (;;) {
@@ -261,12 +270,13 @@ describe('the reconciler', () => {
     const callback = { url: 'https://hooks.example.com/vessels', secret: 'whsec_reconciler' };
     const q = await incubate(gw.url, { message: `${tag} [[latency:100]]`, idempotencyKey: tag, options: { token }, callback });
     const ran = await done(q.vesselId);
-    expect(ran).toMatchObject({ status: 'COMPLETED', callback: { url: callback.url, signed: true } });
-    // The executor handed it off at the end.
+    expect(ran).toMatchObject({ status: 'COMPLETED', callback: { url: callback.url, signed: true }, webhook: { status: 'pending', attempts: [] } });
+    // The executor handed it off at the end: attempt 1 of round 1, nothing else in the message.
     const first = await pollUntil(drainWebhooks, (ms) => ms.length > 0, { timeoutMs: 5_000, what: 'the executor\'s hand-off' });
-    expect(first.map((m) => m.vesselId)).toEqual([q.vesselId]);
+    expect(first).toEqual([{ vesselId: q.vesselId, round: 1, attempt: 1 }]);
     const handed = await stored(q.vesselId);
     expect(handed.callbackHandedOffAt).toBeDefined();
+    expect(handed.webhook).toEqual({ status: 'pending', round: 1, tried: 0, attempts: [] });
     expect(handed).not.toHaveProperty('reconcileAt');
 
     // As a crash between the end write and the hand-off leaves it: ended, still watched, not handed off.
@@ -276,11 +286,20 @@ describe('the reconciler', () => {
     );
     expect(await reconcileVessels(new Date())).toEqual({ ...nothing, handedOff: 1 });
     const messages = await drainWebhooks();
-    expect(messages).toHaveLength(1);
-    expect(messages[0]).toMatchObject({ vesselId: q.vesselId, projectId: gw.projectId, webhookId: `msg_${q.vesselId}`, url: callback.url });
-    expect(typeof messages[0]!.secretCiphertext).toBe('string');
-    expect(messages[0]!.secretCiphertext).not.toContain(callback.secret);
-    expect(JSON.parse(messages[0]!.body as string)).toEqual({
+    // The same message as the executor's: the first attempt of the vessel's (only) round.
+    expect(messages).toEqual([{ vesselId: q.vesselId, round: 1, attempt: 1 }]);
+    expect(JSON.stringify(messages)).not.toContain(callback.secret);
+    const after = await stored(q.vesselId);
+    expect(after.callbackHandedOffAt).toBeDefined();
+    expect(after).not.toHaveProperty('reconcileAt');
+    expect(after).not.toHaveProperty('reconcileShard');
+    // The delivery is still pending, untouched (nothing tried); the secret is stored encrypted only.
+    expect(after.webhook).toEqual({ status: 'pending', round: 1, tried: 0, attempts: [] });
+    expect(after.callback).toEqual({ url: callback.url, secretCiphertext: expect.any(String) });
+    expect(JSON.stringify(after)).not.toContain(callback.secret);
+    expect(await vesselRecord(gw.url, token, q.vesselId)).toMatchObject({ webhook: { status: 'pending', attempts: [] } });
+    // What the sender will send, built from the vessel.
+    expect(JSON.parse(callbackBodyText(after))).toEqual({
       success: true,
       text: `Echo: ${tag}`,
       result: { type: 'result', subtype: 'success', total_cost_usd: ran.output!.result.total_cost_usd, usage: ran.output!.result.usage },
@@ -288,10 +307,6 @@ describe('the reconciler', () => {
       idempotencyKey: tag,
       status: 'COMPLETED',
     });
-    const after = await stored(q.vesselId);
-    expect(after.callbackHandedOffAt).toBeDefined();
-    expect(after).not.toHaveProperty('reconcileAt');
-    expect(after).not.toHaveProperty('reconcileShard');
     // Once: a later round finds nothing, and nothing more is sent.
     expect(await reconcileVessels(new Date(Date.now() + 3_600_000))).toEqual(nothing);
     expect(await drainWebhooks()).toEqual([]);

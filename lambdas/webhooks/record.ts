@@ -1,0 +1,76 @@
+/**
+ * A vessel's webhook delivery as stored on the vessel (attribute `webhook`) and as shown in its status record
+ * (docs/webhooks.md, "The delivery record"). The vessel is the source of truth; the webhook queue only says "try
+ * attempt N of round R now".
+ *
+ * A *round* is the first attempt and its retries; an operator's redelivery (`gateway webhook redeliver`) starts the
+ * next round. Within a round, attempt N is made at most once at a time: a sender claims it (`claim`) before calling
+ * the receiver, and records it (`tried` = N) in one conditional write afterwards.
+ */
+
+export const WEBHOOK_STATUSES = ['pending', 'delivered', 'failed'] as const;
+export type WebhookStatus = (typeof WEBHOOK_STATUSES)[number];
+
+/** Why a round ended without a delivery. */
+export type WebhookFailure =
+  /** Every attempt of the schedule failed; the delivery was put on the webhook dead-letter queue. */
+  | 'exhausted'
+  /** The receiver answered 410 Gone: no more attempts. */
+  | 'gone'
+  /** The URL or the address it resolved to is not allowed (docs/contract.md, "Outbound safety"). */
+  | 'refused';
+
+export interface StoredAttempt {
+  round: number;
+  /** 1 for the first attempt of the round. */
+  attempt: number;
+  /** When the request was sent (epoch ms). */
+  at: number;
+  durationMs: number;
+  /** The receiver's HTTP status, when it answered. */
+  statusCode?: number;
+  /** What went wrong when there was no answer (time-out, refused address, connection error). */
+  error?: string;
+}
+
+export interface StoredWebhook {
+  status: WebhookStatus;
+  round: number;
+  /** Attempts made in the current round. */
+  tried: number;
+  /** Every attempt of every round, oldest first. */
+  attempts: StoredAttempt[];
+  /** The attempt a sender is making now, and when it started (epoch ms); a claim older than CLAIM_STALE_MS is void. */
+  claim?: { attempt: number; at: number; by: string };
+  /** While pending after a failed attempt: when the next one is due (epoch ms). */
+  nextAttemptAt?: number;
+  failure?: WebhookFailure;
+  /** When an exhausted round was put on the dead-letter queue (epoch ms). */
+  deadLetteredAt?: number;
+}
+
+/** The delivery state of a vessel whose callback is about to be handed off: round 1, nothing tried. */
+export const firstRound = (): StoredWebhook => ({ status: 'pending', round: 1, tried: 0, attempts: [] });
+
+/** A claim this old belongs to a sender that died (the webhook sender runs for 30 s at most). */
+export const CLAIM_STALE_MS = 60_000;
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** The `webhook` of the vessel status record. */
+export function webhookView(w: StoredWebhook) {
+  return {
+    status: w.status,
+    ...(w.failure ? { failure: w.failure } : {}),
+    attempts: w.attempts.map((a) => ({
+      round: a.round,
+      attempt: a.attempt,
+      time: iso(a.at),
+      ...(a.statusCode === undefined ? {} : { statusCode: a.statusCode }),
+      ...(a.error === undefined ? {} : { error: a.error }),
+      durationMs: a.durationMs,
+    })),
+    ...(w.status === 'pending' && w.nextAttemptAt !== undefined ? { nextAttemptAt: iso(w.nextAttemptAt) } : {}),
+  };
+}
+export type WebhookView = ReturnType<typeof webhookView>;

@@ -1,0 +1,61 @@
+import type { StoredVessel } from '../vessels/record.ts';
+import { handOff } from '../vessels/end.ts';
+import { VesselStates } from '../vessels/states.ts';
+import { getVessel } from '../vessels/store.ts';
+import { webhookView, type WebhookView } from './record.ts';
+import { startRound } from './store.ts';
+
+/**
+ * Rounds a vessel's delivery may have. Every attempt stays on the vessel's item (DynamoDB's limit is 400 KB), and
+ * twenty rounds of eight attempts is more than any fix-and-retry needs.
+ */
+export const MAX_ROUNDS = 20;
+
+/** Why an operator's redelivery was refused: the CLI prints `message`. */
+export class RedeliveryRefused extends Error {
+  override readonly name = 'RedeliveryRefused';
+}
+
+/**
+ * An operator's redelivery of a vessel's callback (`gateway webhook redeliver --vessel ID`, docs/webhooks.md): a new
+ * round of attempts, starting now, with the same `webhook-id` and body, whatever became of the earlier rounds (a
+ * pending round is superseded: its remaining attempts are dropped). The round's first attempt is handed to the webhook
+ * queue as a vessel's end hands off its callback; if the queue does not take it, the reconciler does it within
+ * minutes (`handedOff: false`). Answers the delivery record as it now stands.
+ */
+export async function redeliverWebhook(vesselId: string, now: number = Date.now()): Promise<{ vesselId: string; round: number; handedOff: boolean; webhook: WebhookView }> {
+  for (let tries = 0; tries < 3; tries++) {
+    const vessel = await getVessel(vesselId);
+    check(vesselId, vessel);
+    if ((vessel.webhook?.round ?? 0) >= MAX_ROUNDS) {
+      throw new RedeliveryRefused(`Vessel ${vesselId}'s callback has been delivered in ${MAX_ROUNDS} rounds already, the most a vessel keeps`);
+    }
+    const started = await startRound(vessel, now);
+    if (!started?.webhook) continue; // another redelivery, or an attempt, changed it meanwhile: look again
+    const handedOff = await handOff(started);
+    return { vesselId, round: started.webhook.round, handedOff, webhook: webhookView(started.webhook) };
+  }
+  throw new RedeliveryRefused(`Vessel ${vesselId}'s delivery kept changing while redelivering; try again`);
+}
+
+/** The delivery record of a vessel, for operators (`gateway webhook show`). */
+export async function webhookOf(vesselId: string): Promise<{ vesselId: string; status: string; url: string; signed: boolean; webhook?: WebhookView }> {
+  const vessel = await getVessel(vesselId);
+  if (!vessel) throw new RedeliveryRefused(`Vessel ${vesselId} does not exist (ended vessels are kept 30 days)`);
+  if (!vessel.callback) throw new RedeliveryRefused(`Vessel ${vesselId} has no callback`);
+  return {
+    vesselId,
+    status: vessel.status,
+    url: vessel.callback.url,
+    signed: vessel.callback.secretCiphertext !== undefined,
+    ...(vessel.webhook ? { webhook: webhookView(vessel.webhook) } : {}),
+  };
+}
+
+function check(vesselId: string, vessel: StoredVessel | undefined): asserts vessel is StoredVessel {
+  if (!vessel) throw new RedeliveryRefused(`Vessel ${vesselId} does not exist (ended vessels are kept 30 days)`);
+  if (!vessel.callback) throw new RedeliveryRefused(`Vessel ${vesselId} has no callback: there is nothing to deliver`);
+  if (!VesselStates.isTerminal(vessel.status)) {
+    throw new RedeliveryRefused(`Vessel ${vesselId} has not ended (${vessel.status}): its callback is sent when it ends`);
+  }
+}

@@ -1,0 +1,134 @@
+import { randomUUID } from 'node:crypto';
+import { logger } from '../observability/logger.ts';
+import { emit } from '../observability/metrics.ts';
+import { sqsQueueSender } from '../queues/sender.ts';
+import { keyCipher } from '../registry/key-cipher.ts';
+import type { StoredVessel } from '../vessels/record.ts';
+import { VesselStates } from '../vessels/states.ts';
+import { getVessel } from '../vessels/store.ts';
+import { callbackBodyText } from './body.ts';
+import { attemptDelivery, deliveryHeaders, type AttemptOutcome } from './deliver.ts';
+import { sendWebhookMessage, WebhookMessage, webhookIdOf } from './message.ts';
+import type { StoredAttempt, StoredWebhook } from './record.ts';
+import { nextAttemptAt } from './schedule.ts';
+import { claimAttempt, markDeadLettered, recordAttempt, recordSupersededAttempt, type AfterAttempt } from './store.ts';
+
+/**
+ * The webhook queue's consumer (docs/webhooks.md): one message = one attempt of one vessel's delivery.
+ *
+ *   read the vessel → claim the attempt → POST (deliver.ts) → record the attempt and what the round became →
+ *   queue the next attempt (delayed message, or a schedule beyond 15 minutes) or, once the schedule is spent, put the
+ *   delivery on the dead-letter queue.
+ *
+ * The vessel decides, the message only triggers: a duplicate, stale or early message changes nothing. A sender that
+ * dies after recording an attempt but before queueing the next leaves its message to be redelivered by SQS, and the
+ * redelivered message queues the follow-up it finds missing.
+ */
+export async function processWebhookMessage(body: unknown, _record?: unknown, clock: () => number = Date.now): Promise<void> {
+  const parsed = WebhookMessage.safeParse(body);
+  if (!parsed.success) {
+    // Not a delivery this consumer understands: retrying would not change it.
+    logger.warn('webhook message dropped: not a delivery');
+    return;
+  }
+  const m = parsed.data;
+  const now = clock();
+  if (m.notBefore !== undefined && m.notBefore > now) {
+    await sendWebhookMessage(m, now); // early (a schedule fires to the second): back for the rest of the wait
+    return;
+  }
+  const vessel = await getVessel(m.vesselId);
+  if (!vessel?.callback || !VesselStates.isTerminal(vessel.status)) return;
+  const w = vessel.webhook;
+  if (w) {
+    if (w.round !== m.round) return; // an operator started another round: this one is over
+    if (w.tried >= m.attempt) return followUp(vessel, w, m.attempt);
+    if (w.status !== 'pending' || w.tried < m.attempt - 1) return;
+  } else if (m.round !== 1 || m.attempt !== 1) return;
+
+  const by = randomUUID();
+  if (!(await claimAttempt(vessel, m, by, now))) return;
+  const outcome = await attempt(vessel, clock);
+  const made: StoredAttempt = { round: m.round, attempt: m.attempt, ...outcome.attempt };
+  const after = roundAfter(m.attempt, outcome, clock());
+  emit('WebhookAttempts', 1);
+  logger.info('webhook attempt', {
+    vesselId: vessel.vesselId,
+    round: m.round,
+    attempt: m.attempt,
+    // The origin only: a callback URL's path or query may carry the receiver's own credentials.
+    origin: safeOrigin(vessel.callback.url),
+    ...(made.statusCode === undefined ? {} : { statusCode: made.statusCode }),
+    ...(made.error === undefined ? {} : { error: made.error }),
+    durationMs: made.durationMs,
+    outcome: after.status,
+  });
+  const recorded = await recordAttempt(vessel.vesselId, m, by, made, after);
+  if (!recorded) {
+    // A new round began meanwhile: the attempt is kept in the record, the round's outcome no longer matters. (Or the
+    // claim was taken over as stale: the sender that took it records its own attempt.)
+    await recordSupersededAttempt(vessel.vesselId, made);
+    return;
+  }
+  if (after.status === 'failed') emit('WebhooksFailed', 1);
+  await followUp(vessel, recorded, m.attempt);
+}
+
+/** Signs and sends the vessel's callback body once. */
+async function attempt(vessel: StoredVessel, clock: () => number): Promise<AttemptOutcome> {
+  const callback = vessel.callback!;
+  const secret = callback.secretCiphertext ? await keyCipher().decrypt(callback.secretCiphertext, { projectId: vessel.projectId }) : undefined;
+  const body = callbackBodyText(vessel);
+  const headers = deliveryHeaders({ webhookId: webhookIdOf(vessel.vesselId), timestamp: Math.floor(clock() / 1000), body, secret });
+  return attemptDelivery(callback.url, body, headers, clock);
+}
+
+/** What the round becomes after attempt `attempt`: delivered, failed for good, or pending until the next one. */
+function roundAfter(attempt: number, outcome: AttemptOutcome, now: number): AfterAttempt {
+  switch (outcome.verdict) {
+    case 'delivered':
+      return { status: 'delivered' };
+    case 'gone':
+      return { status: 'failed', failure: 'gone' };
+    case 'refused':
+      return { status: 'failed', failure: 'refused' };
+    case 'retry': {
+      const next = nextAttemptAt(attempt, now, outcome.retryAfterSeconds);
+      return next === undefined ? { status: 'failed', failure: 'exhausted' } : { status: 'pending', nextAttemptAt: next };
+    }
+  }
+}
+
+/**
+ * After attempt `attempt` was recorded: queue the next attempt while the round is pending, or put an exhausted round
+ * on the dead-letter queue. Safe to repeat: a second message for the next attempt finds it claimed or made, and the
+ * schedule of a far one is named after it.
+ */
+async function followUp(vessel: StoredVessel, w: StoredWebhook, attempt: number): Promise<void> {
+  if (w.tried !== attempt) return;
+  if (w.status === 'pending' && w.nextAttemptAt !== undefined) {
+    await sendWebhookMessage({ vesselId: vessel.vesselId, round: w.round, attempt: attempt + 1, notBefore: w.nextAttemptAt });
+    return;
+  }
+  if (w.status === 'failed' && w.failure === 'exhausted' && w.deadLetteredAt === undefined) {
+    await sqsQueueSender().sendToDeadLetter('webhook', {
+      vesselId: vessel.vesselId,
+      projectId: vessel.projectId,
+      webhookId: webhookIdOf(vessel.vesselId),
+      url: vessel.callback!.url,
+      round: w.round,
+      attempts: w.attempts.filter((a) => a.round === w.round).map((a) => ({ ...a, at: new Date(a.at).toISOString() })),
+      redeliver: `gateway webhook redeliver --vessel ${vessel.vesselId}`,
+    });
+    await markDeadLettered(vessel.vesselId, w.round, Date.now());
+    logger.warn('webhook delivery exhausted its retries: on the dead-letter queue', { vesselId: vessel.vesselId, round: w.round, origin: safeOrigin(vessel.callback!.url) });
+  }
+}
+
+function safeOrigin(url: string): string {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return '(invalid URL)';
+  }
+}
