@@ -34,13 +34,16 @@ export async function endVessel(
 }
 
 /**
- * Hands an ended vessel's callback to the webhook queue, then stops watching it; a failure leaves it watched (the
- * reconciler retries it). True when it was handed off.
+ * Hands an ended vessel's callback to the webhook queue, and leaves the delivery to the reconciler's watch: the vessel
+ * stays in the reconcile index while its delivery is pending, looked at again once its next attempt is overdue
+ * (docs/webhooks.md, "The delivery record"); the sender takes it out of the index when the delivery is settled. A
+ * failed hand-off leaves it watched too (the reconciler makes it). True when it was handed off.
  */
 export async function handOff(ended: StoredVessel): Promise<boolean> {
   try {
     await handOffCallback(ended);
-    await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: Date.now() }, remove: ['reconcileShard', 'reconcileAt'] });
+    const now = Date.now();
+    await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: now, reconcileAt: redriveAt(now) } });
     return true;
   } catch (err) {
     logger.warn('callback hand-off failed; the reconciler retries it', { vesselId: ended.vesselId, error: err as Error });

@@ -12,6 +12,7 @@ import { moveVessel, RECONCILE_SHARDS, redriveAt, touchVessel } from './store.ts
 import { delayUntil, sendRunMessage } from './trigger.ts';
 import { PARK_CHECK_SECONDS, wakeVessel } from './park.ts';
 import { getDeveloper } from '../registry/registry.ts';
+import { sendWebhookMessage } from '../webhooks/message.ts';
 import { liveLeases } from '../plans/leases.ts';
 import { tierFor } from '../plans/tiers.ts';
 
@@ -25,7 +26,9 @@ import { tierFor } from '../plans/tiers.ts';
  *   fired, a crashed local runtime) → re-driven with a new trigger, which makes any old message stale;
  * - EXECUTING whose execution stopped renewing it (its executor died): retried as QUEUED while attempts remain,
  *   else FAILED; canceled if a cancel was waiting for it;
- * - ended with a callback not yet handed to the webhook queue → handed off.
+ * - ended with a callback not yet handed to the webhook queue → handed off;
+ * - ended with a webhook delivery still pending whose next attempt is overdue (its message was lost) → that attempt
+ *   asked for again (docs/webhooks.md); a settled delivery leaves the index.
  * Every action is a conditional write on what was read, so a vessel that moved meanwhile is left alone.
  */
 
@@ -41,10 +44,12 @@ export interface ReconcileReport {
   failed: number;
   canceled: number;
   handedOff: number;
+  /** Pending webhook deliveries whose next attempt was overdue, asked for again. */
+  deliveriesRedriven: number;
 }
 
 export async function reconcileVessels(now = new Date()): Promise<ReconcileReport> {
-  const report: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0 };
+  const report: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
   const rooms = freeSlots();
   for (let shard = 0; shard < RECONCILE_SHARDS; shard++) {
     const due = await dueIn(String(shard), now);
@@ -120,8 +125,22 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
   const nextLook = redriveAt(now.getTime());
 
   if (VesselStates.isTerminal(v.status)) {
-    await handOff(v);
-    return 'handedOff';
+    if (v.callback && v.callbackHandedOffAt === undefined) {
+      await handOff(v);
+      return 'handedOff';
+    }
+    if (v.callback && v.webhook?.status === 'pending') {
+      // The next attempt is overdue: its message was lost (a local runtime killed with its in-memory queue, a
+      // schedule that never fired). The attempt after the last one made is asked for again; the sender's claim makes
+      // a duplicate harmless.
+      const moved = await touchVessel(v.vesselId, { status: v.status, when: late, set: { reconcileAt: nextLook } });
+      if (!moved.ok) return undefined;
+      await sendWebhookMessage({ vesselId: v.vesselId, round: v.webhook.round, attempt: v.webhook.tried + 1 });
+      return 'deliveriesRedriven';
+    }
+    // Settled (or nothing to deliver): no longer watched.
+    await touchVessel(v.vesselId, { status: v.status, when: late, set: {}, remove: ['reconcileShard', 'reconcileAt'] });
+    return undefined;
   }
 
   if (isWaiting(v.status) && v.parkedFor) {

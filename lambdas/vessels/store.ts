@@ -210,8 +210,9 @@ function updateClauses(set: Record<string, unknown>, remove: readonly string[] =
     sets.push(`#a_${k} = :a_${k}`);
   }
   for (const k of remove) names[`#a_${k}`] = k;
-  const removeClause = remove.length ? ` REMOVE ${remove.map((k) => `#a_${k}`).join(', ')}` : '';
-  return { expression: `SET ${sets.join(', ')}${removeClause}`, names, values };
+  const setClause = sets.length ? `SET ${sets.join(', ')}` : '';
+  const removeClause = remove.length ? `REMOVE ${remove.map((k) => `#a_${k}`).join(', ')}` : '';
+  return { expression: [setClause, removeClause].filter(Boolean).join(' '), names, values };
 }
 
 /** What an ended vessel keeps: its output and end time; retained 30 days from now. */

@@ -78,14 +78,20 @@ export function watchExecution(vesselId: string, runId: string, abort: AbortCont
     abort.abort('The vessel was canceled while it ran');
   };
   const lose = (why: string) => {
+    // A look already on its way when the run stopped sees the run's own end: nothing was lost.
+    if (stopped) return;
     takenOver = true;
     logger.warn('vessel execution stops: it no longer owns the vessel', { vesselId, runId, why });
     abort.abort(`The execution stopped: ${why}`);
   };
+  let stopped = false;
   const timer = setInterval(() => void tick(), opts.pollMs ?? CANCEL_POLL_MS);
   timer.unref?.();
   return {
-    stop: () => clearInterval(timer),
+    stop: () => {
+      stopped = true;
+      clearInterval(timer);
+    },
     canceled: () => canceled,
     takenOver: () => takenOver,
   };

@@ -86,9 +86,11 @@ export async function recordAttempt(vesselId: string, m: { round: number; attemp
   const removes = ['#w.#claim'];
   const values: Record<string, unknown> = { ':round': m.round, ':before': m.attempt - 1, ':attempt': m.attempt, ':by': by, ':one': [attempt], ':status': after.status };
   if (after.status === 'pending') {
-    sets.push('#w.#next = :next');
+    // Watched by the reconciler until settled: looked at once the next attempt is overdue (its message lost).
+    sets.push('#w.#next = :next', 'reconcileAt = :look');
     values[':next'] = after.nextAttemptAt;
-  } else removes.push('#w.#next');
+    values[':look'] = redriveAt(after.nextAttemptAt);
+  } else removes.push('#w.#next', 'reconcileShard', 'reconcileAt');
   if (after.status === 'failed') {
     sets.push('#w.#failure = :failure');
     values[':failure'] = after.failure;

@@ -91,7 +91,7 @@ async function drainWebhooks(): Promise<Record<string, unknown>[]> {
 const done = (vesselId: string) =>
   pollUntil(() => vesselRecord(gw.url, token, vesselId), (r) => r.isCompleted, { timeoutMs: 20_000, everyMs: 100, what: `vessel ${vesselId} ending` });
 
-const nothing: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0 };
+const nothing: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
 
 /**
  * A vessel as a crash would leave it: a real one, queued for later through POST /incubate (its schedule then
@@ -265,7 +265,7 @@ describe('the reconciler', () => {
     expect(calls(tag)).toHaveLength(1);
   });
 
-  it('hands off the callback of an ended vessel whose hand-off was interrupted, once, and it leaves the index', async () => {
+  it('hands off the callback of an ended vessel whose hand-off was interrupted, once; watches the pending delivery until it is settled', async () => {
     const tag = nextTag();
     const callback = { url: 'https://hooks.example.com/vessels', secret: 'whsec_reconciler' };
     const q = await incubate(gw.url, { message: `${tag} [[latency:100]]`, idempotencyKey: tag, options: { token }, callback });
@@ -277,7 +277,8 @@ describe('the reconciler', () => {
     const handed = await stored(q.vesselId);
     expect(handed.callbackHandedOffAt).toBeDefined();
     expect(handed.webhook).toEqual({ status: 'pending', round: 1, tried: 0, attempts: [] });
-    expect(handed).not.toHaveProperty('reconcileAt');
+    // Still watched while the delivery is pending: looked at again VESSEL_REDRIVE_AFTER_SECONDS after the hand-off.
+    expect(handed).toMatchObject({ reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: handed.callbackHandedOffAt! + REDRIVE_SECONDS * 1000 });
 
     // As a crash between the end write and the hand-off leaves it: ended, still watched, not handed off.
     const { callbackHandedOffAt: _, ...rest } = handed;
@@ -291,8 +292,7 @@ describe('the reconciler', () => {
     expect(JSON.stringify(messages)).not.toContain(callback.secret);
     const after = await stored(q.vesselId);
     expect(after.callbackHandedOffAt).toBeDefined();
-    expect(after).not.toHaveProperty('reconcileAt');
-    expect(after).not.toHaveProperty('reconcileShard');
+    expect(after).toMatchObject({ reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: after.callbackHandedOffAt! + REDRIVE_SECONDS * 1000 });
     // The delivery is still pending, untouched (nothing tried); the secret is stored encrypted only.
     expect(after.webhook).toEqual({ status: 'pending', round: 1, tried: 0, attempts: [] });
     expect(after.callback).toEqual({ url: callback.url, secretCiphertext: expect.any(String) });
@@ -307,10 +307,23 @@ describe('the reconciler', () => {
       idempotencyKey: tag,
       status: 'COMPLETED',
     });
-    // Once: a later round finds nothing, and nothing more is sent.
-    expect(await reconcileVessels(new Date(Date.now() + 3_600_000))).toEqual(nothing);
+    // Handed off once. An hour later the delivery is still pending (nothing consumes the webhook queue here) and its
+    // first attempt overdue, as if its message had been lost: the attempt is asked for again — once per look.
+    const later = new Date(Date.now() + 3_600_000);
+    expect(await reconcileVessels(later)).toEqual({ ...nothing, deliveriesRedriven: 1 });
+    expect(await drainWebhooks()).toEqual([{ vesselId: q.vesselId, round: 1, attempt: 1 }]);
+    expect(await stored(q.vesselId)).toMatchObject({ reconcileAt: later.getTime() + REDRIVE_SECONDS * 1000, callbackHandedOffAt: after.callbackHandedOffAt });
+    expect(await reconcileVessels(later)).toEqual(nothing);
     expect(await drainWebhooks()).toEqual([]);
     expect(calls(tag)).toHaveLength(1);
+
+    // Settled (here: delivered, as the sender would record it without taking it out of the index): it leaves the index.
+    await documentClient().send(new PutCommand({ TableName: table(), Item: { ...(await stored(q.vesselId)), webhook: { status: 'delivered', round: 1, tried: 1, attempts: [] }, reconcileAt: Date.now() - 1 } }));
+    expect(await reconcileVessels(new Date())).toEqual(nothing);
+    const settled = await stored(q.vesselId);
+    expect(settled).not.toHaveProperty('reconcileAt');
+    expect(settled).not.toHaveProperty('reconcileShard');
+    expect(await drainWebhooks()).toEqual([]);
   });
 
   it('the scheduled function (VesselReconciler) does the same as a direct call', async () => {

@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CLOCK_TOLERANCE_SECONDS, mintToken } from '../../lambdas/auth/tokens.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
+import { setClock } from '../support/clock.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { MODEL, msBetween, runQueueCounts, vesselApi, type VesselRecord } from './incubate-client.ts';
 
@@ -36,29 +37,6 @@ afterAll(async () => {
 });
 
 const key = (what: string) => `sched-${what}-${++seq}`;
-
-/**
- * Moves the process's clock so that it reads `at` now, and runs on with real time from there: `Date` (its
- * constructor without arguments and `Date.now`) reads real time plus an offset. Undone by vi.unstubAllGlobals().
- */
-function setClock(at: number): void {
-  const RealDate = (globalThis as { __realDate?: DateConstructor }).__realDate ?? Date;
-  (globalThis as { __realDate?: DateConstructor }).__realDate = RealDate;
-  const offset = at - RealDate.now();
-  class ShiftedDate extends RealDate {
-    constructor(...args: unknown[]) {
-      if (args.length === 0) super(RealDate.now() + offset);
-      else super(...(args as [string | number | Date]));
-    }
-    static override now(): number {
-      return RealDate.now() + offset;
-    }
-    static override [Symbol.hasInstance](value: unknown): boolean {
-      return value instanceof RealDate;
-    }
-  }
-  vi.stubGlobal('Date', ShiftedDate);
-}
 
 /** Status every 100 ms until the vessel has started; every status seen before it started, and the record then. */
 async function watchUntilStarted(vesselId: string, token: string): Promise<{ before: { at: number; status: string }[]; started: VesselRecord }> {
@@ -173,7 +151,7 @@ describe('far: the scheduler stand-in', () => {
 
     // One schedule, named after the vessel and its trigger, firing a minute early, delivering the run message.
     const mine = () => gw.scheduler.pending().filter((s) => s.name.startsWith(`vessel-${vesselId}-`));
-    expect(mine()).toEqual([{ name: expect.stringMatching(new RegExp(`^vessel-${vesselId}-[0-9a-f]{8}$`)), at: new Date(due - 60_000).toISOString(), body: expect.any(String) }]);
+    expect(mine()).toEqual([{ name: expect.stringMatching(new RegExp(`^vessel-${vesselId}-[0-9a-f]{8}$`)), at: new Date(due - 60_000).toISOString(), body: expect.any(String), queueUrl: gw.queues.urls.RUN_QUEUE_URL }]);
     expect(JSON.parse(mine()[0]!.body)).toEqual({ vesselId, driveId: expect.any(String) });
     expect((await api.status(vesselId, token)).body).toMatchObject({ status: 'PENDING', scheduledFor: executeAt, attempts: 0 });
     // Nothing on the run queue for it (nor anything else, once earlier tests' messages are gone).

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { callbackBodyText } from '../../lambdas/webhooks/body.ts';
 import { deliveryHeaders } from '../../lambdas/webhooks/deliver.ts';
 import { freePort, groupMembers } from '../support/gateway-process.ts';
@@ -90,7 +90,8 @@ async function post(rawBody: string, headers: Record<string, string>): Promise<{
 it('accepts a signed delivery (204) and logs the vessel id and status', async () => {
   const text = body('ves-example-1');
   expect(await post(text, deliveryHeaders({ webhookId: 'msg_ves-example-1', timestamp: now(), body: text, secret: SECRET }))).toEqual({ status: 204, text: '' });
-  expect(output).toMatch(/ves-example-1.*COMPLETED/);
+  // The child's stdout arrives through a pipe, a moment after the answer.
+  await vi.waitFor(() => expect(output).toMatch(/ves-example-1.*COMPLETED/), { timeout: 5_000, interval: 50 });
 });
 
 it('answers a repeat of the same webhook-id with 200 "duplicate", without handling it twice', async () => {
@@ -126,5 +127,5 @@ it('refuses another secret and an unsigned delivery', async () => {
 it('a refused delivery does not mark its webhook-id as handled', async () => {
   const text = body('ves-example-4', 'FAILED');
   expect(await post(text, deliveryHeaders({ webhookId: 'msg_ves-example-4', timestamp: now(), body: text, secret: SECRET }))).toEqual({ status: 204, text: '' });
-  expect(output).toMatch(/ves-example-4.*FAILED/);
+  await vi.waitFor(() => expect(output).toMatch(/ves-example-4.*FAILED/), { timeout: 5_000, interval: 50 });
 });

@@ -9,6 +9,7 @@ import { sendWebhookMessage } from '../../lambdas/webhooks/message.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
 import { startReceiver, type Receiver } from './receiver.ts';
+import { setClock } from '../support/clock.ts';
 
 /**
  * Issue 15: retries after waits over 15 minutes go through the scheduler (docs/webhooks.md, "Retries"), tested on the
@@ -41,29 +42,6 @@ afterEach(async () => {
 afterAll(async () => {
   await gw?.stop();
 });
-
-/**
- * Moves the process's clock so that it reads `at` now, and runs on with real time from there (copied from
- * test/vessels/scheduling.test.ts). Undone by vi.unstubAllGlobals().
- */
-function setClock(at: number): void {
-  const RealDate = (globalThis as { __realDate?: DateConstructor }).__realDate ?? Date;
-  (globalThis as { __realDate?: DateConstructor }).__realDate = RealDate;
-  const offset = at - RealDate.now();
-  class ShiftedDate extends RealDate {
-    constructor(...args: unknown[]) {
-      if (args.length === 0) super(RealDate.now() + offset);
-      else super(...(args as [string | number | Date]));
-    }
-    static override now(): number {
-      return RealDate.now() + offset;
-    }
-    static override [Symbol.hasInstance](value: unknown): boolean {
-      return value instanceof RealDate;
-    }
-  }
-  vi.stubGlobal('Date', ShiftedDate);
-}
 
 async function receiver(): Promise<Receiver> {
   const rx = await startReceiver();
