@@ -34,16 +34,15 @@ export async function endVessel(
 }
 
 /**
- * Hands an ended vessel's callback to the webhook queue, and leaves the delivery to the reconciler's watch: the vessel
- * stays in the reconcile index while its delivery is pending, looked at again once its next attempt is overdue
- * (docs/webhooks.md, "The delivery record"); the sender takes it out of the index when the delivery is settled. A
- * failed hand-off leaves it watched too (the reconciler makes it). True when it was handed off.
+ * Hands an ended vessel's callback to the webhook queue, and notes it. The vessel stays in the reconcile index, as its
+ * end (or a redelivery) put it there, while its delivery is pending: looked at again once the hand-off or the next
+ * attempt is overdue (docs/webhooks.md, "The delivery record"); the sender takes it out when the delivery is settled.
+ * A failed hand-off is made by the reconciler. True when it was handed off.
  */
 export async function handOff(ended: StoredVessel): Promise<boolean> {
   try {
     await handOffCallback(ended);
-    const now = Date.now();
-    await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: now, reconcileAt: redriveAt(now) } });
+    await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: Date.now() } });
     return true;
   } catch (err) {
     logger.warn('callback hand-off failed; the reconciler retries it', { vesselId: ended.vesselId, error: err as Error });

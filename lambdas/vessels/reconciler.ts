@@ -126,7 +126,9 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
 
   if (VesselStates.isTerminal(v.status)) {
     if (v.callback && v.callbackHandedOffAt === undefined) {
-      await handOff(v);
+      if (!(await handOff(v))) return undefined;
+      // Watched on while the delivery is pending — unless the sender has settled it already (and left the index).
+      await touchVessel(v.vesselId, { status: v.status, when: { expression: 'attribute_exists(reconcileShard)', values: {} }, set: { reconcileAt: nextLook } });
       return 'handedOff';
     }
     if (v.callback && v.webhook?.status === 'pending') {

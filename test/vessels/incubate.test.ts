@@ -15,6 +15,7 @@ import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { pollUntil } from '../support/vessels.ts';
 import { idempotencyItems, MODEL, msBetween, vesselApi, vesselItems, type QueueResponse } from './incubate-client.ts';
 
 /**
@@ -433,7 +434,12 @@ describe('callbacks', () => {
     const message = await webhookMessage(vesselId);
     expect(message).toEqual({ vesselId, round: 1, attempt: 1 });
 
-    const stored = (await vesselItems(gw.projectId)).find((i) => i.vesselId === vesselId)! as unknown as StoredVessel;
+    // The hand-off is noted on the vessel just after the message is sent: wait for that write.
+    const stored = await pollUntil(
+      async () => (await vesselItems(gw.projectId)).find((i) => i.vesselId === vesselId)! as unknown as StoredVessel,
+      (v) => v.callbackHandedOffAt !== undefined,
+      { timeoutMs: 5_000, everyMs: 50, what: 'the hand-off noted' },
+    );
     expect(stored.callbackHandedOffAt).toEqual(expect.any(Number));
     expect(stored.webhook).toEqual(PENDING_STORED);
     expect(stored.callback).toEqual({ url, secretCiphertext: expect.any(String) });

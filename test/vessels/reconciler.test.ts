@@ -274,25 +274,26 @@ describe('the reconciler', () => {
     // The executor handed it off at the end: attempt 1 of round 1, nothing else in the message.
     const first = await pollUntil(drainWebhooks, (ms) => ms.length > 0, { timeoutMs: 5_000, what: 'the executor\'s hand-off' });
     expect(first).toEqual([{ vesselId: q.vesselId, round: 1, attempt: 1 }]);
-    const handed = await stored(q.vesselId);
-    expect(handed.callbackHandedOffAt).toBeDefined();
+    // The hand-off is noted on the vessel just after the message is sent: wait for that write.
+    const handed = await pollUntil(() => stored(q.vesselId), (v) => v.callbackHandedOffAt !== undefined, { timeoutMs: 5_000, everyMs: 50, what: 'the hand-off noted' });
     expect(handed.webhook).toEqual({ status: 'pending', round: 1, tried: 0, attempts: [] });
-    // Still watched while the delivery is pending: looked at again VESSEL_REDRIVE_AFTER_SECONDS after the hand-off.
-    expect(handed).toMatchObject({ reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: handed.callbackHandedOffAt! + REDRIVE_SECONDS * 1000 });
+    // Still watched while the delivery is pending, as its end left it: looked at VESSEL_REDRIVE_AFTER_SECONDS after it.
+    expect(handed).toMatchObject({ reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: handed.completedAt! + REDRIVE_SECONDS * 1000 });
 
     // As a crash between the end write and the hand-off leaves it: ended, still watched, not handed off.
     const { callbackHandedOffAt: _, ...rest } = handed;
     await documentClient().send(
       new PutCommand({ TableName: table(), Item: { ...rest, reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: Date.now() - 1_000 } }),
     );
-    expect(await reconcileVessels(new Date())).toEqual({ ...nothing, handedOff: 1 });
+    const look = new Date();
+    expect(await reconcileVessels(look)).toEqual({ ...nothing, handedOff: 1 });
     const messages = await drainWebhooks();
     // The same message as the executor's: the first attempt of the vessel's (only) round.
     expect(messages).toEqual([{ vesselId: q.vesselId, round: 1, attempt: 1 }]);
     expect(JSON.stringify(messages)).not.toContain(callback.secret);
     const after = await stored(q.vesselId);
     expect(after.callbackHandedOffAt).toBeDefined();
-    expect(after).toMatchObject({ reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: after.callbackHandedOffAt! + REDRIVE_SECONDS * 1000 });
+    expect(after).toMatchObject({ reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: look.getTime() + REDRIVE_SECONDS * 1000 });
     // The delivery is still pending, untouched (nothing tried); the secret is stored encrypted only.
     expect(after.webhook).toEqual({ status: 'pending', round: 1, tried: 0, attempts: [] });
     expect(after.callback).toEqual({ url: callback.url, secretCiphertext: expect.any(String) });
