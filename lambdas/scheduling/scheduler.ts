@@ -1,7 +1,7 @@
 import { CreateScheduleCommand, DeleteScheduleCommand, SchedulerClient } from '@aws-sdk/client-scheduler';
 import { env } from '../config/env.ts';
 import { instanceValue } from '../instance/state.ts';
-import { queueSpec, type QueueName } from '../store/queues.ts';
+import { QUEUES, queueSpec, type QueueName } from '../store/queues.ts';
 
 /**
  * Fires a message onto a queue at a time. In AWS this is EventBridge Scheduler (one-time `at()` schedules that
@@ -105,7 +105,8 @@ export class EventBridgeScheduler implements Scheduler {
  */
 export const scheduler = instanceValue(
   (): EventBridgeScheduler => {
-    const { SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, AWS_REGION, SCHEDULER_ENDPOINT, RUN_QUEUE_ARN, WEBHOOK_QUEUE_ARN } = env();
+    const config = env();
+    const { SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN, AWS_REGION, SCHEDULER_ENDPOINT } = config;
     const missing = Object.entries({ SCHEDULE_GROUP_NAME, SCHEDULER_ROLE_ARN })
       .filter(([, value]) => !value)
       .map(([name]) => name);
@@ -115,7 +116,7 @@ export const scheduler = instanceValue(
     return new EventBridgeScheduler({
       groupName: SCHEDULE_GROUP_NAME,
       roleArn: SCHEDULER_ROLE_ARN,
-      targetQueueArns: { ...(RUN_QUEUE_ARN ? { run: RUN_QUEUE_ARN } : {}), ...(WEBHOOK_QUEUE_ARN ? { webhook: WEBHOOK_QUEUE_ARN } : {}) },
+      targetQueueArns: Object.fromEntries(QUEUES.flatMap((q) => (config[q.arnEnvVar] ? [[q.name, config[q.arnEnvVar]]] : []))),
       region: AWS_REGION,
       ...(SCHEDULER_ENDPOINT ? { endpoint: SCHEDULER_ENDPOINT } : {}),
     });

@@ -8,7 +8,8 @@ import { queueResponse, vesselKey, type QueueResponse, type StoredCallback, type
 import { fingerprint, type Callback } from './request.ts';
 import { expiresAfter } from '../store/epoch.ts';
 import { createVessel, deleteUntriggered, forgetIdempotencyKey, getVessel, reconcileShardOf, redriveAt, RETENTION_SECONDS } from './store.ts';
-import { needsSchedule, scheduleNameOf, triggerVessel } from './trigger.ts';
+import { needsSchedule } from '../scheduling/delay.ts';
+import { scheduleNameOf, triggerVessel } from './trigger.ts';
 
 /**
  * Accepting a vessel (POST /incubate, and each item of a batch): claim the idempotency key and store the vessel in

@@ -12,7 +12,8 @@ import { endedWithoutRun, runOutput, type StoredVessel } from './record.ts';
 import { isWaiting } from './states.ts';
 import { parkVessel, wakeParkedVessels } from './park.ts';
 import { getVessel, moveVessel } from './store.ts';
-import { delayUntil, RunMessage, sendRunMessage } from './trigger.ts';
+import { delayUntil } from '../scheduling/delay.ts';
+import { RunMessage, sendRunMessage } from './trigger.ts';
 import { watchExecution } from './watch.ts';
 
 /**

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { MAX_DELAY_SECONDS, sqsQueueSender } from '../queues/sender.ts';
+import { sqsQueueSender } from '../queues/sender.ts';
+import { delayUntil, needsSchedule } from '../scheduling/delay.ts';
 import { scheduler } from '../scheduling/scheduler.ts';
 import type { StoredVessel } from './record.ts';
 
@@ -28,8 +29,6 @@ export const SCHEDULE_LEAD_SECONDS = 60;
 /** The name of the schedule a vessel's trigger would use (unique per trigger; EventBridge allows 64 characters). */
 export const scheduleNameOf = (v: Pick<StoredVessel, 'vesselId' | 'driveId'>) => `vessel-${v.vesselId}-${v.driveId.slice(0, 8)}`;
 
-/** Whether a vessel due at `scheduledFor` needs the scheduler (further ahead than a queue delay reaches). */
-export const needsSchedule = (scheduledFor: number, now: Date) => scheduledFor - now.getTime() > MAX_DELAY_SECONDS * 1000;
 
 /** Sends the vessel's trigger for its due time: a (delayed) run message, or a schedule for a far one. */
 export async function triggerVessel(v: Pick<StoredVessel, 'vesselId' | 'driveId' | 'scheduledFor'>, now: Date): Promise<void> {
@@ -44,12 +43,4 @@ export async function triggerVessel(v: Pick<StoredVessel, 'vesselId' | 'driveId'
 /** A run message, delivered after `delaySeconds` (whole seconds, at most SQS's 15 minutes: see `delayUntil`). */
 export async function sendRunMessage(message: RunMessage, delaySeconds = 0): Promise<void> {
   await sqsQueueSender().send('run', message, { delaySeconds });
-}
-
-/**
- * Whole seconds of delay until `at`, rounded down: a message may arrive up to a second early (the executor then
- * waits out the rest), never a second late.
- */
-export function delayUntil(at: number, now: Date): number {
-  return Math.min(MAX_DELAY_SECONDS, Math.max(0, Math.floor((at - now.getTime()) / 1000)));
 }

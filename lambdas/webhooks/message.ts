@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { MAX_DELAY_SECONDS, sqsQueueSender } from '../queues/sender.ts';
+import { sqsQueueSender } from '../queues/sender.ts';
+import { delayUntil, needsSchedule } from '../scheduling/delay.ts';
 import { scheduler, isScheduleConflict } from '../scheduling/scheduler.ts';
 
 /**
@@ -26,8 +27,7 @@ const scheduleNameOf = (m: WebhookMessage) => `webhook-${m.vesselId}-${m.round}-
 /** Puts `message` on the webhook queue for its `notBefore` (now when absent). */
 export async function sendWebhookMessage(message: WebhookMessage, now: number = Date.now()): Promise<void> {
   const due = message.notBefore ?? now;
-  const waitMs = due - now;
-  if (waitMs > MAX_DELAY_SECONDS * 1000) {
+  if (needsSchedule(due, new Date(now))) {
     try {
       await scheduler().schedule({ name: scheduleNameOf(message), at: new Date(due), body: JSON.stringify(message), queue: 'webhook' });
     } catch (err) {
@@ -35,5 +35,6 @@ export async function sendWebhookMessage(message: WebhookMessage, now: number = 
     }
     return;
   }
-  await sqsQueueSender().send('webhook', message, { delaySeconds: Math.max(0, Math.ceil(waitMs / 1000)) });
+  // Rounded up: an attempt never comes before its time (a schedule, to the second, may: the sender puts it back).
+  await sqsQueueSender().send('webhook', message, { delaySeconds: delayUntil(due, new Date(now), 'up') });
 }
