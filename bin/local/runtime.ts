@@ -7,7 +7,7 @@ import { pathToFileURL } from 'node:url';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent, ScheduledEvent } from 'aws-lambda';
 import { MAX_INVOCATION_SECONDS } from '../../lambdas/config/env.ts';
 import type { RestRoute } from '../../lambdas/conjure/routes.ts';
-import { FUNCTIONS, type FunctionSpec, type TriggerKind } from '../../lambdas/handlers/manifest.ts';
+import { FUNCTIONS, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
@@ -19,6 +19,7 @@ import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts'
 import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, scheduledEvent, splitTarget } from './events.ts';
 import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type SqsHandler } from './queues.ts';
 import { LocalScheduler } from './scheduler.ts';
+import { LocalWebSockets, WEBSOCKET_PATH } from './websocket.ts';
 import { startAnthropicUpstream } from './upstreams/anthropic.ts';
 import { startOpenAIUpstream } from './upstreams/openai.ts';
 import type { SimulatedUpstream } from './upstreams/types.ts';
@@ -66,6 +67,11 @@ export interface RunningGateway {
   /** What is served, function by function (localFunctions()). */
   functions: LocalFunction[];
   /**
+   * The WebSocket API, when a function has a `websocket` trigger: `ws://…/ws` on the same server, and the management
+   * API stand-in the events' callback URL names (bin/local/websocket.ts).
+   */
+  websocket?: { url: string; managementEndpoint: string };
+  /**
    * Runs the `schedule` function `functionId` now, as its rule would, and resolves when it has finished (after the
    * run in progress, if there is one: a function never runs twice at once). Rejects with the handler's error.
    */
@@ -93,10 +99,9 @@ export type LocalFunction = {
   | { readonly kind: 'sqs'; readonly queue: QueueName; readonly batchSize: number; readonly maxConcurrency: number }
   /** A ScheduledEvent at start-up, then every `intervalMs` (the rate of `expression`); one invocation at a time. */
   | { readonly kind: 'schedule'; readonly expression: string; readonly intervalMs: number }
+  /** WebSocket upgrades at `path` (/ws), as API Gateway's $connect, $default and $disconnect events; at most one. */
+  | { readonly kind: 'websocket'; readonly path: string }
 );
-
-/** Trigger kinds the local runtime cannot serve yet; a manifest with one of them is refused at startup. */
-const NOT_SERVED_LOCALLY: ReadonlySet<TriggerKind> = new Set(['websocket']);
 
 /**
  * How many invocations of an SQS consumer run at once locally when its trigger sets no maxConcurrency: Lambda's
@@ -136,10 +141,17 @@ export function rateIntervalMs(expression: string): number {
 
 /**
  * What the local runtime serves for each function of the manifest, in manifest order. Throws, naming the function,
- * for a trigger it cannot serve yet (websocket) or a schedule it cannot follow (cron), so `npm start` refuses at
- * startup instead of leaving a function silently unserved.
+ * for a schedule it cannot follow (cron) or a second websocket function (the local server has one /ws), so
+ * `npm start` refuses at startup instead of leaving a function silently unserved.
  */
 export function localFunctions(functions: readonly FunctionSpec[] = FUNCTIONS): LocalFunction[] {
+  const websockets = functions.filter((f) => f.trigger.kind === 'websocket').map((f) => f.id);
+  if (websockets.length > 1) {
+    throw new Error(
+      `The local runtime serves one websocket function at ${WEBSOCKET_PATH}, and the manifest has ${websockets.length} ` +
+        `(${websockets.join(', ')}; lambdas/handlers/manifest.ts): one WebSocket API routes $connect, $default and $disconnect to one function.`,
+    );
+  }
   return functions.map((spec): LocalFunction => {
     const common = {
       id: spec.id,
@@ -148,12 +160,6 @@ export function localFunctions(functions: readonly FunctionSpec[] = FUNCTIONS): 
       timeoutMs: spec.timeoutSeconds * 1000,
     };
     const { trigger } = spec;
-    if (NOT_SERVED_LOCALLY.has(trigger.kind)) {
-      throw new Error(
-        `The local runtime does not serve ${trigger.kind} triggers yet, and the manifest's ${spec.id} function has one ` +
-          '(lambdas/handlers/manifest.ts): implement it in bin/local/runtime.ts before adding such a function.',
-      );
-    }
     switch (trigger.kind) {
       case 'streaming-url':
         return { ...common, kind: 'streaming-url', paths: trigger.paths };
@@ -176,6 +182,8 @@ export function localFunctions(functions: readonly FunctionSpec[] = FUNCTIONS): 
         }
         return { ...common, kind: 'schedule', expression: trigger.expression, intervalMs };
       }
+      case 'websocket':
+        return { ...common, kind: 'websocket', path: WEBSOCKET_PATH };
       default:
         throw new Error(`${spec.id}: unknown trigger ${JSON.stringify(trigger)}`);
     }
@@ -241,6 +249,19 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     const schedulerEndpoint = await scheduler.listen();
     scheduler.start();
 
+    // API Gateway's WebSocket API: its management API stand-in listens now, so the handlers' environment can name it
+    // (WEBSOCKET_CALLBACK_URL, the events' callbackUrl); /ws is served once the handlers are loaded.
+    let webSockets: LocalWebSockets | undefined;
+    if (served.some((f) => f.kind === 'websocket')) {
+      const sockets = (webSockets = new LocalWebSockets());
+      cleanups.push(async () => {
+        await sockets.stop();
+        // No later gateway of this process should name a stand-in that is gone.
+        if (process.env.WEBSOCKET_CALLBACK_URL === sockets.managementEndpoint) delete process.env.WEBSOCKET_CALLBACK_URL;
+      });
+      await sockets.listen();
+    }
+
     const keyDir = dataDir ?? join(process.cwd(), '.data', 'tmp', `${prefix}-${process.pid}`);
     if (!dataDir) {
       mkdirSync(keyDir, { recursive: true, mode: 0o700 });
@@ -260,6 +281,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       SCHEDULER_ENDPOINT: schedulerEndpoint,
       SCHEDULE_GROUP_NAME: LOCAL_SCHEDULE_GROUP,
       SCHEDULER_ROLE_ARN: LOCAL_SCHEDULER_ROLE_ARN,
+      ...(webSockets ? { WEBSOCKET_CALLBACK_URL: webSockets.managementEndpoint } : {}),
       PROVIDER_KEYS_LOCAL_KEY_FILE: join(keyDir, 'provider-keys.key'),
       POWERTOOLS_METRICS_DISABLED: process.env.POWERTOOLS_METRICS_DISABLED ?? 'true',
       POWERTOOLS_LOG_LEVEL: process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN',
@@ -345,10 +367,19 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       serve(req, res);
     });
     server.keepAliveTimeout = 65_000;
+    const wsFunction = loaded.find((f) => f.kind === 'websocket');
+    if (webSockets && wsFunction) {
+      webSockets.serve(wsFunction);
+      const sockets = webSockets;
+      server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => sockets.handleUpgrade(req, socket, head));
+    }
     await listen(server, opts.port ?? 0, opts.host ?? '127.0.0.1');
     cleanups.push(() => closeServer(server));
+    // Runs before the server closes (cleanups run in reverse): an upgraded socket would keep server.close() waiting.
+    if (webSockets) cleanups.push(() => webSockets!.stop());
     const { port } = server.address() as { port: number };
     const url = `http://${opts.host ?? '127.0.0.1'}:${port}`;
+    const websocket = webSockets ? { url: `ws://${opts.host ?? '127.0.0.1'}:${port}${WEBSOCKET_PATH}`, managementEndpoint: webSockets.managementEndpoint } : undefined;
 
     if (dataDir) {
       writeFileSync(
@@ -359,7 +390,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       chmodSync(join(dataDir, 'runtime.json'), 0o600);
       cleanups.push(() => rmSync(join(dataDir, 'runtime.json'), { force: true }));
     }
-    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, invokeScheduled, stop: stopAll };
+    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, ...(websocket ? { websocket } : {}), invokeScheduled, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;

@@ -31,6 +31,12 @@ const EnvSchema = z.object({
   WEBHOOK_QUEUE_ARN: z.string().min(1).optional(),
   /** Set only locally and in tests: the scheduler stand-in's endpoint (bin/local/scheduler.ts). Unset in AWS. */
   SCHEDULER_ENDPOINT: z.string().url().optional(),
+  /**
+   * Set only locally and in tests: the API Gateway Management API stand-in (bin/local/websocket.ts,
+   * `http://127.0.0.1:PORT/local`), used as every WebSocket event's callbackUrl instead of `https://<domain>/<stage>`.
+   * Unset in AWS.
+   */
+  WEBSOCKET_CALLBACK_URL: z.string().url().optional(),
   REGISTRY_TABLE: z.string().default('gateway-registry'),
   USAGE_TABLE: z.string().default('gateway-usage'),
   VESSELS_TABLE: z.string().default('gateway-vessels'),

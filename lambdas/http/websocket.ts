@@ -33,7 +33,10 @@ interface Common {
   readonly connectionId: string;
   /** API Gateway's id of this event (for logs). */
   readonly requestId: string;
-  /** `https://<domain>/<stage>`: the management endpoint that reaches this connection (apiGatewayConnectionSender). */
+  /**
+   * `https://<domain>/<stage>`: the management endpoint that reaches this connection (apiGatewayConnectionSender);
+   * WEBSOCKET_CALLBACK_URL instead when set (the local runtime's stand-in).
+   */
   readonly callbackUrl: string;
 }
 
@@ -51,7 +54,8 @@ export function webSocketEventFrom(event: WebSocketLambdaEvent): WebSocketEvent 
   const common: Common = {
     connectionId: ctx.connectionId,
     requestId: ctx.requestId,
-    callbackUrl: `https://${ctx.domainName}/${ctx.stage}`,
+    // Locally the management API is a stand-in over plain HTTP (bin/local/websocket.ts): WEBSOCKET_CALLBACK_URL names it.
+    callbackUrl: env().WEBSOCKET_CALLBACK_URL ?? `https://${ctx.domainName}/${ctx.stage}`,
   };
   switch (ctx.eventType) {
     case 'CONNECT': {

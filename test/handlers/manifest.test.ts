@@ -179,9 +179,12 @@ describe('the local runtime routes by the manifest', () => {
     });
   });
 
-  it('refuses, at startup, a manifest with a websocket function (not served locally yet) or a cron schedule', () => {
-    const later = (trigger: FunctionSpec['trigger']): FunctionSpec => ({ ...FUNCTIONS[0], id: 'Later', trigger, access: { tables: {}, providers: false, queues: [] } });
-    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'websocket' })])).toThrow(/does not serve websocket triggers yet.*Later/);
+  it('serves one websocket function at /ws and refuses, at startup, two of them or a cron schedule', () => {
+    const later = (trigger: FunctionSpec['trigger'], id = 'Later'): FunctionSpec => ({ ...FUNCTIONS[0], id, trigger, access: { tables: {}, providers: false, queues: [] } });
+    expect(localFunctions([...FUNCTIONS, later({ kind: 'websocket' })]).at(-1)).toMatchObject({ id: 'Later', kind: 'websocket', path: '/ws' });
+    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'websocket' }), later({ kind: 'websocket' }, 'Other')])).toThrow(
+      /serves one websocket function at \/ws, and the manifest has 2 \(Later, Other;/,
+    );
     expect(() => localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'cron(0 3 * * ? *)' })])).toThrow(/Later.*not cron/);
     expect(localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'rate(5 minutes)' })]).at(-1)).toMatchObject({ kind: 'schedule', intervalMs: 300_000 });
   });

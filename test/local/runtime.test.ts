@@ -454,8 +454,14 @@ describe('startGateway serves an sqs function of the manifest', () => {
 
   it('refuses to start with a function it cannot serve locally, before starting anything', async () => {
     await expect(
-      startGateway({ functions: [...FUNCTIONS, { ...FUNCTIONS[0], id: 'Sessions', trigger: { kind: 'websocket' } }] }),
-    ).rejects.toThrow(/does not serve websocket triggers yet.*Sessions/);
+      startGateway({
+        functions: [
+          ...FUNCTIONS,
+          { ...FUNCTIONS[0], id: 'Sessions', trigger: { kind: 'websocket' } },
+          { ...FUNCTIONS[0], id: 'Chats', trigger: { kind: 'websocket' } },
+        ],
+      }),
+    ).rejects.toThrow(/serves one websocket function at \/ws.*Sessions, Chats/);
   });
 });
 
