@@ -6,7 +6,7 @@ import { hexSignature } from '../../lambdas/webhooks/signature.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, incubateBatch, pollUntil, vesselRecord } from '../support/vessels.ts';
 import { MODEL, vesselApi, type VesselRecord } from '../vessels/incubate-client.ts';
-import { startReceiver, type ReceivedRequest, type Receiver } from './receiver.ts';
+import { receiverPool, type ReceivedRequest } from './receiver.ts';
 
 /**
  * Issue 15, done-when 1, end to end through the local gateway (real HTTP, fauxqs, DynamoDB Local): a receiver on
@@ -21,7 +21,7 @@ vi.setConfig({ testTimeout: 90_000 });
 
 let gw: TestGateway;
 let api: ReturnType<typeof vesselApi>;
-const receivers: Receiver[] = [];
+const receivers = receiverPool();
 let seq = 0;
 const key = (what: string) => `wh-delivery-${what}-${++seq}`;
 
@@ -31,15 +31,11 @@ beforeAll(async () => {
   api = vesselApi(gw);
 });
 afterAll(async () => {
-  await Promise.all(receivers.map((r) => r.close()));
+  await receivers.closeAll();
   await gw?.stop();
 });
 
-async function receiver(status: number): Promise<Receiver> {
-  const rx = await startReceiver({ default: { status } });
-  receivers.push(rx);
-  return rx;
-}
+const receiver = (status: number) => receivers.start({ default: { status } });
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const GRACE_MS = 2_500;

@@ -8,7 +8,7 @@ import { getVessel } from '../../lambdas/vessels/store.ts';
 import { sendWebhookMessage } from '../../lambdas/webhooks/message.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
-import { startReceiver, type Receiver } from './receiver.ts';
+import { receiverPool } from './receiver.ts';
 import { setClock } from '../support/clock.ts';
 
 /**
@@ -25,7 +25,7 @@ const MINUTE = 60_000;
 let gw: TestGateway;
 let token: string;
 let seq = 0;
-const receivers: Receiver[] = [];
+const receivers = receiverPool();
 
 beforeAll(async () => {
   // The reconciler runs once at start-up and then only when asked: a clock moved hours ahead must not make it
@@ -37,17 +37,13 @@ beforeAll(async () => {
 afterEach(async () => {
   vi.unstubAllGlobals();
   vi.restoreAllMocks();
-  await Promise.all(receivers.splice(0).map((r) => r.close()));
+  await receivers.closeAll();
 });
 afterAll(async () => {
   await gw?.stop();
 });
 
-async function receiver(): Promise<Receiver> {
-  const rx = await startReceiver();
-  receivers.push(rx);
-  return rx;
-}
+const receiver = () => receivers.start();
 
 type Webhook = NonNullable<VesselView['webhook']> & { nextAttemptAt?: string };
 const record = async (vesselId: string) => (await vesselRecord(gw.url, token, vesselId)).webhook as Webhook | undefined;

@@ -142,3 +142,20 @@ export async function startReceiver(opts: { path?: string; default?: ReceiverAns
     },
   };
 }
+
+/**
+ * The receivers a test file starts, closed together: `start` one in a test, `closeAll` in afterEach (or afterAll).
+ */
+export function receiverPool(): { start(opts?: Parameters<typeof startReceiver>[0]): Promise<Receiver>; closeAll(): Promise<void> } {
+  const open: Receiver[] = [];
+  return {
+    async start(opts) {
+      const rx = await startReceiver(opts);
+      open.push(rx);
+      return rx;
+    },
+    async closeAll() {
+      await Promise.all(open.splice(0).map((r) => r.close()));
+    },
+  };
+}

@@ -13,7 +13,7 @@ import { vesselKey } from '../../lambdas/vessels/record.ts';
 import { MAX_ROUNDS } from '../../lambdas/webhooks/redeliver.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
-import { startReceiver, type Receiver } from './receiver.ts';
+import { receiverPool, type Receiver } from './receiver.ts';
 
 /**
  * Issue 15: the operator's `gateway webhook redeliver --vessel ID` and `gateway webhook show --vessel ID`
@@ -32,7 +32,7 @@ let token: string;
 let dataDir: string;
 let emptyDir: string;
 let seq = 0;
-const receivers: Receiver[] = [];
+const receivers = receiverPool();
 
 /** The CLI pointed at the running in-process gateway, whose environment is already in process.env. */
 const deps: Dependencies = { resolveTarget: async () => ({ kind: 'local', secretCacheSeconds: 0, env: {} }) };
@@ -45,7 +45,7 @@ beforeAll(async () => {
 });
 afterEach(async () => {
   vi.restoreAllMocks();
-  await Promise.all(receivers.splice(0).map((r) => r.close()));
+  await receivers.closeAll();
 });
 afterAll(async () => {
   await gw?.stop();
@@ -94,11 +94,7 @@ async function clis(argvs: string[][]): Promise<Run[]> {
   }
 }
 
-async function receiver(): Promise<Receiver> {
-  const rx = await startReceiver();
-  receivers.push(rx);
-  return rx;
-}
+const receiver = () => receivers.start();
 
 type Webhook = NonNullable<VesselView['webhook']>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

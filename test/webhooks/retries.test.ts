@@ -6,7 +6,7 @@ import type { VesselView } from '../../lambdas/vessels/record.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
-import { startReceiver, type ReceivedRequest, type Receiver } from './receiver.ts';
+import { receiverPool, type ReceivedRequest } from './receiver.ts';
 
 /**
  * Issue 15, done-when 2, end to end on the in-process local gateway (real HTTP to a node:http receiver, the webhook
@@ -26,24 +26,20 @@ const QUIET_MS = 4_000;
 let gw: TestGateway;
 let token: string;
 let seq = 0;
-const receivers: Receiver[] = [];
+const receivers = receiverPool();
 
 beforeAll(async () => {
   gw = await startTestGateway({ env: { WEBHOOK_RETRY_WAITS: WAITS } });
   token = await gw.token({ user: 'webhook-retries' });
 });
 afterEach(async () => {
-  await Promise.all(receivers.splice(0).map((r) => r.close()));
+  await receivers.closeAll();
 });
 afterAll(async () => {
   await gw?.stop();
 });
 
-async function receiver(): Promise<Receiver> {
-  const rx = await startReceiver();
-  receivers.push(rx);
-  return rx;
-}
+const receiver = () => receivers.start();
 
 type Webhook = NonNullable<VesselView['webhook']>;
 
