@@ -1,4 +1,4 @@
-import { outboundFetch } from '../outbound/fetch.ts';
+import { outboundFetch, readCapped } from '../outbound/fetch.ts';
 import { OutboundRefused } from '../outbound/guard.ts';
 import type { StoredAttempt } from './record.ts';
 import { parseRetryAfter } from './schedule.ts';
@@ -67,21 +67,9 @@ export async function attemptDelivery(url: string, body: string, headers: Record
   }
 }
 
-/** Reads a little of the answer and lets the rest go (the body is never stored). */
+/** Reads a little of the answer and lets the rest go (the body is never stored: only the status counts). */
 async function drain(res: Response): Promise<void> {
-  if (!res.body) return;
-  const reader = res.body.getReader();
-  let read = 0;
-  try {
-    while (read < RESPONSE_BYTES_READ) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      read += value.byteLength;
-    }
-    await reader.cancel();
-  } catch {
-    // The status is what counts; a body cut short changes nothing.
-  }
+  await readCapped(res, RESPONSE_BYTES_READ).catch(() => undefined);
 }
 
 /** An attempt's error as recorded: what happened, never a header or the body. */

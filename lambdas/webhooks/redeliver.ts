@@ -25,8 +25,10 @@ export class RedeliveryRefused extends Error {
  */
 export async function redeliverWebhook(vesselId: string, now: number = Date.now()): Promise<{ vesselId: string; round: number; handedOff: boolean; webhook: WebhookView }> {
   for (let tries = 0; tries < 3; tries++) {
-    const vessel = await getVessel(vesselId);
-    check(vesselId, vessel);
+    const vessel = await vesselWithCallback(vesselId);
+    if (!VesselStates.isTerminal(vessel.status)) {
+      throw new RedeliveryRefused(`Vessel ${vesselId} has not ended (${vessel.status}): its callback is sent when it ends`);
+    }
     if ((vessel.webhook?.round ?? 0) >= MAX_ROUNDS) {
       throw new RedeliveryRefused(`Vessel ${vesselId}'s callback has been delivered in ${MAX_ROUNDS} rounds already, the most a vessel keeps`);
     }
@@ -40,22 +42,21 @@ export async function redeliverWebhook(vesselId: string, now: number = Date.now(
 
 /** The delivery record of a vessel, for operators (`gateway webhook show`). */
 export async function webhookOf(vesselId: string): Promise<{ vesselId: string; status: string; url: string; signed: boolean; webhook?: WebhookView }> {
-  const vessel = await getVessel(vesselId);
-  if (!vessel) throw new RedeliveryRefused(`Vessel ${vesselId} does not exist (ended vessels are kept 30 days)`);
-  if (!vessel.callback) throw new RedeliveryRefused(`Vessel ${vesselId} has no callback`);
+  const vessel = await vesselWithCallback(vesselId);
+  const callback = vessel.callback!;
   return {
     vesselId,
     status: vessel.status,
-    url: vessel.callback.url,
-    signed: vessel.callback.secretCiphertext !== undefined,
+    url: callback.url,
+    signed: callback.secretCiphertext !== undefined,
     ...(vessel.webhook ? { webhook: webhookView(vessel.webhook) } : {}),
   };
 }
 
-function check(vesselId: string, vessel: StoredVessel | undefined): asserts vessel is StoredVessel {
+/** The vessel, refused when it does not exist or has no callback (nothing to show or deliver). */
+async function vesselWithCallback(vesselId: string): Promise<StoredVessel> {
+  const vessel = await getVessel(vesselId);
   if (!vessel) throw new RedeliveryRefused(`Vessel ${vesselId} does not exist (ended vessels are kept 30 days)`);
   if (!vessel.callback) throw new RedeliveryRefused(`Vessel ${vesselId} has no callback: there is nothing to deliver`);
-  if (!VesselStates.isTerminal(vessel.status)) {
-    throw new RedeliveryRefused(`Vessel ${vesselId} has not ended (${vessel.status}): its callback is sent when it ends`);
-  }
+  return vessel;
 }
