@@ -35,8 +35,9 @@ export interface GatewayStackProps extends StackProps {
  * - data: the DynamoDB tables of TABLES, the provider-keys KMS key, the Anthropic key secret
  * - functions: one per entry of the function manifest, each with its trigger and its grants —
  *   channeling behind a streaming function URL (the Anthropic-compatible proxy), conjure behind the REST API (/usage,
- *   /incubate…), the vessel executor on the run queue, the vessel reconciler on an EventBridge rule
- * - async: run and webhook queues with DLQs, the Scheduler group and delivery role
+ *   /incubate…), the vessel executor on the run queue, the vessel reconciler on an EventBridge rule, the /ws sessions
+ *   behind a WebSocket API with their turn worker on the turn queue and their sweeper on a rule
+ * - async: run, webhook and turn queues with DLQs, the Scheduler group and delivery role
  * - observability: dashboard and alarms
  */
 export class GatewayStack extends Stack {
@@ -55,11 +56,22 @@ export class GatewayStack extends Stack {
     super(scope, id, props);
     const { stage, production } = props;
     const specs: readonly FunctionSpec[] = props.functions ?? FUNCTIONS;
+    const connectionUsers = specs.filter((s) => s.access.connections);
+    const webSocketHandlers = specs.filter((s) => s.trigger.kind === 'websocket');
+    if (connectionUsers.length && webSocketHandlers.length !== 1) {
+      throw new Error(
+        `${connectionUsers.map((s) => s.id).join(', ')} ${connectionUsers.length === 1 ? 'asks' : 'ask'} for \`connections\` ` +
+          "(the connections of the gateway's WebSocket API), so the manifest needs exactly one function with a websocket " +
+          `trigger; it has ${webSocketHandlers.length ? `${webSocketHandlers.length} (${webSocketHandlers.map((s) => s.id).join(', ')})` : 'none'}`,
+      );
+    }
 
     this.data = new GatewayData(this, 'Data', { production });
     this.secrets = new GatewaySecrets(this, 'Secrets', { stage, production });
     this.queues = new GatewayQueues(this, 'Queues', { production });
-    this.scheduling = new GatewayScheduling(this, 'Scheduling', { stage, targetQueues: this.queues.all.map((q) => q.queue) });
+    // Schedules deliver to the queues the functions that schedule may send to (run, webhook), and to no other.
+    const scheduledQueues = [...new Set(specs.filter((s) => s.access.scheduler).flatMap((s) => s.access.queues))];
+    this.scheduling = new GatewayScheduling(this, 'Scheduling', { stage, targetQueues: scheduledQueues.map((name) => this.queues.byName[name].queue) });
     const { tables } = this.data;
     const tableEnv = this.data.environment();
 
@@ -134,6 +146,12 @@ export class GatewayStack extends Stack {
     }
     this.functions = functions;
     this.webSockets = webSockets;
+    // Functions that post to (or close) the WebSocket API's connections without being its handler: the API, built
+    // with its handler in the loop above, exists now. It depends on its handler only; these depend on it.
+    for (const spec of connectionUsers) {
+      const ws = webSockets[webSocketHandlers[0]!.id]!;
+      ws.grantConnections(functions[spec.id]!.fn);
+    }
     if (restIntegrations.length) {
       this.conjureApi = new ConjureApi(this, 'Conjure', { stage, production, integrations: restIntegrations });
       output('ConjureUrl', this.conjureApi.url, 'Base URL of /usage and the incubate endpoints');
@@ -179,7 +197,7 @@ export class GatewayStack extends Stack {
    * their indexes); for a function that calls providers, decrypt the projects' provider keys (Decrypt only) and read
    * the service's Anthropic key; for one that `encrypts` (or `decrypts`), Encrypt (or Decrypt) only with the same
    * key; send to its queues (and dead-letter queues); for one that schedules, create and delete schedules in the
-   * gateway's group.
+   * gateway's group. (`connections` is granted once every function exists: it names the WebSocket API.)
    */
   private grantAccess(target: GatewayFunction, access: FunctionAccess): void {
     for (const spec of TABLES) {

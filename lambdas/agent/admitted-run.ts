@@ -7,8 +7,8 @@ import { addDeveloperCompute } from '../plans/compute.ts';
 import { keepLeaseAlive, releaseLease } from '../plans/leases.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { routeModel } from '../routing/route.ts';
-import { isHttpTool, type RunOptions } from './options.ts';
-import { runAgent, type RunEvent, type RunResult } from './run.ts';
+import { isServerTool, type SessionOptions } from './options.ts';
+import { runAgent, runAgentSegment, type RunEvent, type RunInput, type RunOutcome, type RunResult } from './run.ts';
 import { schemaProblem } from './structured-output.ts';
 
 /**
@@ -29,9 +29,9 @@ export const MAX_RUN_SECONDS = MAX_INVOCATION_SECONDS - RUN_SECONDS_MARGIN;
  * server tools need a Claude model, and `outputFormat.schema` must compile. Returns the options with the model the
  * run will use (the gateway's default when none is given); throws an `invalid_request` refusal otherwise.
  */
-export function checkedRunOptions(options: RunOptions): RunOptions & { model: string } {
+export function checkedRunOptions<O extends SessionOptions>(options: O): O & { model: string } {
   const model = options.model ?? env().DEFAULT_MODEL;
-  if (options.tools?.some((t) => !isHttpTool(t)) && routeModel(model).provider !== 'anthropic') {
+  if (options.tools?.some(isServerTool) && routeModel(model).provider !== 'anthropic') {
     throw new Refused({ kind: 'invalid_request', message: `options.tools: Anthropic server tools (a tool with a "type") run only with Claude models, not ${model}` });
   }
   const problem = options.outputFormat ? schemaProblem(options.outputFormat.schema) : undefined;
@@ -45,8 +45,10 @@ export interface AdmittedRunInput {
   caller: Caller;
   /** An admission taken with `maxSeconds` (so it reserved the run's compute). */
   admission: Admitted;
-  message: string;
-  options: RunOptions & { model: string };
+  message: RunInput['message'];
+  /** The conversation before `message` (a /ws session's). */
+  history?: RunInput['history'];
+  options: SessionOptions & { model: string };
   /** Epoch milliseconds the admission was taken at: the run's compute is counted from here. */
   started: number;
   signal: AbortSignal;
@@ -60,15 +62,25 @@ export interface AdmittedRunInput {
   onReleased?: (developerId: string) => Promise<unknown>;
 }
 
-export async function runAdmitted(input: AdmittedRunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
+export function runAdmitted(input: AdmittedRunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
+  return admitted(input, runAgent);
+}
+
+/** A run that may pause for client-side tools (a /ws turn): what it holds is given back at the pause as at an end. */
+export function runAdmittedSegment(input: AdmittedRunInput): Promise<RunOutcome> {
+  return admitted(input, runAgentSegment);
+}
+
+async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Promise<T>): Promise<T> {
   const { admission, started } = input;
   const compute = admission.compute;
   if (!compute) throw new Error('runAdmitted needs an admission taken with maxSeconds (it reserves the run\'s compute)');
   const heartbeat = keepLeaseAlive(admission.lease, input.onLeaseLost ? { onLost: input.onLeaseLost } : {});
   try {
-    return await runAgent({
+    return await run({
       caller: input.caller,
       message: input.message,
+      ...(input.history ? { history: input.history } : {}),
       options: input.options,
       deadline: started + compute.seconds * 1000,
       signal: input.signal,

@@ -36,22 +36,41 @@ function parseWithin<S extends z.ZodType>(schema: S, value: unknown, ctx: z.Refi
   return z.NEVER;
 }
 
-const Tool = z.unknown().transform((value, ctx): z.infer<typeof HttpTool> | z.infer<typeof ServerTool> => {
-  const tool = value as Record<string, unknown> | null;
-  if (!tool || typeof tool !== 'object' || Array.isArray(tool)) {
-    ctx.addIssue({ code: 'custom', message: 'each tool must be an object' });
-    return z.NEVER;
-  }
-  if (typeof tool.type === 'string' && !('url' in tool)) return parseWithin(ServerTool, tool, ctx);
-  if (!('url' in tool)) {
-    ctx.addIssue({
-      code: 'custom',
-      message: `tool "${String(tool.name ?? '')}" has no url: it would run in the client, which /prompt cannot reach; use /ws for client-side tools`,
-    });
-    return z.NEVER;
-  }
-  return parseWithin(HttpTool, tool, ctx);
+/**
+ * A client-side tool (`/ws` only, docs/ws.md): declared by the client and run by it — the model's call goes to the
+ * client as a `tool_use` frame and the turn waits for its `tool_result`.
+ */
+const ClientTool = z.strictObject({
+  name: HttpTool.shape.name,
+  description: z.string().optional(),
+  input_schema: HttpTool.shape.input_schema,
 });
+
+type ToolOption = z.infer<typeof HttpTool> | z.infer<typeof ServerTool> | z.infer<typeof ClientTool>;
+
+/**
+ * One entry of `tools`, told apart by its fields: a `type` without `url` is an Anthropic server tool, a `url` an HTTP
+ * tool; neither is a client tool, which only a `/ws` session (`clientTools`) can run.
+ */
+function toolSchema(clientTools: boolean) {
+  return z.unknown().transform((value, ctx): ToolOption => {
+    const tool = value as Record<string, unknown> | null;
+    if (!tool || typeof tool !== 'object' || Array.isArray(tool)) {
+      ctx.addIssue({ code: 'custom', message: 'each tool must be an object' });
+      return z.NEVER;
+    }
+    if (typeof tool.type === 'string' && !('url' in tool)) return parseWithin(ServerTool, tool, ctx);
+    if (!('url' in tool)) {
+      if (clientTools) return parseWithin(ClientTool, tool, ctx);
+      ctx.addIssue({
+        code: 'custom',
+        message: `tool "${String(tool.name ?? '')}" has no url: it would run in the client, which this endpoint cannot reach; use /ws for client-side tools`,
+      });
+      return z.NEVER;
+    }
+    return parseWithin(HttpTool, tool, ctx);
+  });
+}
 
 const RemoteMcpServer = z.strictObject({
   type: z.enum(['http', 'sse'], { error: 'type must be "http" or "sse"' }),
@@ -73,32 +92,41 @@ const McpServer = z.unknown().transform((value, ctx) => {
   return parseWithin(RemoteMcpServer, server, ctx);
 });
 
-export const RunOptions = z.strictObject({
-  model: z.string().min(1, 'model must not be empty').optional(),
-  systemPrompt: z.string().optional(),
-  tools: z.array(Tool, { error: 'tools must be an array' }).optional(),
-  mcpServers: z
-    .record(z.string().regex(TOOL_NAME, 'MCP server names are 1–128 letters, digits, "_" or "-"'), McpServer, { error: 'mcpServers must be an object of named servers' })
-    .optional(),
-  allowedTools: z.array(z.string(), { error: 'allowedTools must be an array of tool names' }).optional(),
-  disallowedTools: z.array(z.string(), { error: 'disallowedTools must be an array of tool names' }).optional(),
-  maxTurns: z.number({ error: 'maxTurns must be a number' }).int('maxTurns must be a whole number').min(1, 'maxTurns must be at least 1').max(100, 'maxTurns must be at most 100').optional(),
-  maxBudgetUsd: z.number({ error: 'maxBudgetUsd must be a number' }).positive('maxBudgetUsd must be above 0').max(10_000, 'maxBudgetUsd must be at most 10000').optional(),
-  maxThinkingTokens: z
-    .number({ error: 'maxThinkingTokens must be a number' })
-    .int('maxThinkingTokens must be a whole number')
-    .min(1_024, 'maxThinkingTokens must be at least 1024 (the smallest thinking budget models accept)')
-    .max(128_000, 'maxThinkingTokens must be at most 128000')
-    .optional(),
-  outputFormat: z
-    .strictObject({
-      type: z.literal('json_schema', { error: 'outputFormat.type must be "json_schema"' }),
-      schema: z.record(z.string(), z.unknown(), { error: 'outputFormat.schema must be a JSON Schema object' }),
-    })
-    .optional(),
-});
+function optionsSchema(clientTools: boolean) {
+  return z.strictObject({
+    model: z.string().min(1, 'model must not be empty').optional(),
+    systemPrompt: z.string().optional(),
+    tools: z.array(toolSchema(clientTools), { error: 'tools must be an array' }).optional(),
+    mcpServers: z
+      .record(z.string().regex(TOOL_NAME, 'MCP server names are 1–128 letters, digits, "_" or "-"'), McpServer, { error: 'mcpServers must be an object of named servers' })
+      .optional(),
+    allowedTools: z.array(z.string(), { error: 'allowedTools must be an array of tool names' }).optional(),
+    disallowedTools: z.array(z.string(), { error: 'disallowedTools must be an array of tool names' }).optional(),
+    maxTurns: z.number({ error: 'maxTurns must be a number' }).int('maxTurns must be a whole number').min(1, 'maxTurns must be at least 1').max(100, 'maxTurns must be at most 100').optional(),
+    maxBudgetUsd: z.number({ error: 'maxBudgetUsd must be a number' }).positive('maxBudgetUsd must be above 0').max(10_000, 'maxBudgetUsd must be at most 10000').optional(),
+    maxThinkingTokens: z
+      .number({ error: 'maxThinkingTokens must be a number' })
+      .int('maxThinkingTokens must be a whole number')
+      .min(1_024, 'maxThinkingTokens must be at least 1024 (the smallest thinking budget models accept)')
+      .max(128_000, 'maxThinkingTokens must be at most 128000')
+      .optional(),
+    outputFormat: z
+      .strictObject({
+        type: z.literal('json_schema', { error: 'outputFormat.type must be "json_schema"' }),
+        schema: z.record(z.string(), z.unknown(), { error: 'outputFormat.schema must be a JSON Schema object' }),
+      })
+      .optional(),
+  });
+}
+
+/** The options of a `/prompt` run or a vessel: every tool runs in the gateway or at Anthropic. */
+export const RunOptions = optionsSchema(false);
 export type RunOptions = z.infer<typeof RunOptions>;
+/** The options of a `/ws` session (docs/ws.md): `/prompt`'s, with client-side tools too. */
+export const SessionOptions = optionsSchema(true);
+export type SessionOptions = z.infer<typeof SessionOptions>;
 export type HttpToolOption = z.infer<typeof HttpTool>;
+export type ClientToolOption = z.infer<typeof ClientTool>;
 
 /** `POST /prompt`'s body: the message, and the options with the caller's token. */
 export const PromptBody = z.strictObject({
@@ -107,4 +135,10 @@ export const PromptBody = z.strictObject({
 });
 export type PromptBody = z.infer<typeof PromptBody>;
 
-export const isHttpTool = (tool: NonNullable<RunOptions['tools']>[number]): tool is HttpToolOption => 'url' in tool;
+type AnyTool = NonNullable<SessionOptions['tools']>[number];
+
+export const isHttpTool = (tool: AnyTool): tool is HttpToolOption => 'url' in tool;
+/** An Anthropic server tool: Anthropic runs it (Claude models only). */
+export const isServerTool = (tool: AnyTool): tool is z.infer<typeof ServerTool> => !('url' in tool) && typeof (tool as { type?: unknown }).type === 'string';
+/** A client-side tool (`/ws`): the client runs it. */
+export const isClientTool = (tool: AnyTool): tool is ClientToolOption => !('url' in tool) && !('type' in tool);

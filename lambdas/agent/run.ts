@@ -5,7 +5,7 @@ import { meteredCall, type CallCharge } from '../metering/call.ts';
 import type { MessagesRequest } from '../providers/types.ts';
 import { messageOf } from '../refusals/anthropic.ts';
 import type { Refusal } from '../refusals/refusal.ts';
-import { isHttpTool, type RunOptions } from './options.ts';
+import { isClientTool, isHttpTool, isServerTool, type SessionOptions } from './options.ts';
 import { structuredOutputCheck } from './structured-output.ts';
 import { httpTool } from './tools/http.ts';
 import { connectMcpServers, type McpServerStatus } from './tools/mcp.ts';
@@ -15,7 +15,8 @@ import type { AgentTool } from './tools/types.ts';
  * The agent runtime (docs/prompt.md): one message in, then turns — one metered model call each (metering/call.ts,
  * reserved and settled like any proxied request) — running the tools the model asks for, concurrently, and sending
  * their results back, until the model answers. No HTTP and no AWS here: `/prompt` renders the events and the result
- * as JSON or SSE, and vessels and `/ws` turns run the same loop.
+ * as JSON or SSE, and vessels and `/ws` turns run the same loop. A `/ws` turn may also continue a conversation
+ * (`history`) and pause when the model calls client-side tools (`runAgentSegment`), to be resumed with their results.
  */
 
 export type ResultSubtype =
@@ -24,7 +25,12 @@ export type ResultSubtype =
   | 'error_max_budget_usd'
   | 'error_max_structured_output_retries'
   | 'error_during_execution'
-  | 'error_max_duration';
+  | 'error_max_duration'
+  /** A `/ws` turn stopped by its user (docs/ws.md, "Interrupting a turn"). */
+  | 'interrupted';
+
+/** The abort reason that makes a stopped run an `interrupted` one rather than an error. */
+export const INTERRUPTED = 'The turn was interrupted';
 
 /** What happens during a run, in order: text as the model produces it, each tool call and its result. */
 export type RunEvent =
@@ -53,8 +59,11 @@ export interface RunResult {
 
 export interface RunInput {
   caller: Caller;
-  message: string;
-  options: RunOptions;
+  /** A new user message, or the results of a paused run's tool calls (in the order the model made them). */
+  message: string | { resume: RunState; toolResults: Anthropic.ToolResultBlockParam[] };
+  /** The conversation before a new message (a /ws session's); none for a one-shot run. */
+  history?: Anthropic.MessageParam[];
+  options: SessionOptions;
   /** Epoch milliseconds by which the run must have ended (the user's compute, the invocation's limit). */
   deadline: number;
   /** Stops the run: the model call in flight is charged for what was produced, tools are abandoned. */
@@ -70,13 +79,41 @@ export const MAX_STRUCTURED_OUTPUT_RETRIES = 2;
 
 const MICROS_PER_USD = 1_000_000;
 
-export async function runAgent(given: RunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
+/** Where a run stands between two segments (a /ws turn paused for client-side tools), and at its end. */
+export interface RunState {
+  /** The whole conversation, ready to send: it never ends with a tool call left without its result. */
+  conversation: Anthropic.MessageParam[];
+  spentMicros: number;
+  usage: { input_tokens: number; output_tokens: number };
+  turns: number;
+  corrections: number;
+  lastText: string;
+  /** Milliseconds the run was active in its earlier segments. */
+  activeMs: number;
+}
+
+export type RunOutcome =
+  | { kind: 'ended'; result: RunResult; events: RunEvent[]; state: RunState }
+  /**
+   * The model called client-side tools: `calls` are all the tool calls of its message, in order; `results` those
+   * the gateway ran meanwhile (server-side tools). The run resumes with every call's result in `calls`' order.
+   */
+  | { kind: 'paused'; events: RunEvent[]; state: RunState; calls: (Anthropic.ToolUseBlock & { client: boolean })[]; results: Anthropic.ToolResultBlockParam[] };
+
+/** A run to its end: `/prompt` and vessels, whose tools never run in the client. */
+export async function runAgent(input: RunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
+  const outcome = await runAgentSegment(input);
+  if (outcome.kind === 'paused') throw new Error('A run without client-side tools paused for one');
+  return outcome;
+}
+
+export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   const started = Date.now();
   // The deadline stops a model call or a tool in flight too, not only the next turn.
   const timeUp = new AbortController();
   const timer = setTimeout(() => timeUp.abort(), Math.max(0, given.deadline - started));
   const input: RunInput = { ...given, signal: AbortSignal.any([given.signal, timeUp.signal]) };
-  const stopped = () => (timeUp.signal.aborted ? ('error_max_duration' as const) : ('error_during_execution' as const));
+  const stopped = (): ResultSubtype => (timeUp.signal.aborted ? 'error_max_duration' : given.signal.reason === INTERRUPTED ? 'interrupted' : 'error_during_execution');
   // Whoever stops a run may say why by aborting with a string (a vessel's cancel); a bare abort is a client gone.
   const stopReason = () =>
     timeUp.signal.aborted
@@ -96,36 +133,31 @@ export async function runAgent(given: RunInput): Promise<{ result: RunResult; ev
 
   // The tools: HTTP tools from the options, MCP servers' tools, filtered by allowedTools / disallowedTools.
   const mcp = options.mcpServers && Object.keys(options.mcpServers).length ? await connectMcpServers(options.mcpServers, { signal: input.signal }) : undefined;
-  const serverTools = (options.tools ?? []).filter((t) => !isHttpTool(t)) as Record<string, unknown>[];
+  const serverTools = (options.tools ?? []).filter(isServerTool) as Record<string, unknown>[];
   const agentTools = [...(options.tools ?? []).filter(isHttpTool).map((spec) => httpTool(spec)), ...(mcp?.tools ?? [])].filter((t) => allowed(t.name, options));
-  const offered = [...serverTools.filter((t) => allowed(String(t.name), options)), ...agentTools.map(({ name, description, input_schema }) => ({ name, ...(description ? { description } : {}), input_schema }))];
+  const clientTools = (options.tools ?? []).filter(isClientTool).filter((t) => allowed(t.name, options));
+  const declared = (t: { name: string; description?: string | undefined; input_schema: unknown }) => ({ name: t.name, ...(t.description ? { description: t.description } : {}), input_schema: t.input_schema });
+  const offered = [...serverTools.filter((t) => allowed(String(t.name), options)), ...agentTools.map(declared), ...clientTools.map(declared)];
   const byName = new Map<string, AgentTool>(agentTools.map((t) => [t.name, t]));
+  const clientNames = new Set(clientTools.map((t) => t.name));
   const checkOutput = options.outputFormat ? structuredOutputCheck(options.outputFormat.schema) : undefined;
 
-  const conversation: Anthropic.MessageParam[] = [{ role: 'user', content: input.message }];
-  let spent = 0;
-  const usage = { input_tokens: 0, output_tokens: 0 };
-  let turns = 0;
-  let corrections = 0;
-  let lastText = '';
+  const resumed = typeof input.message === 'string' ? undefined : input.message.resume;
+  const conversation: Anthropic.MessageParam[] = [...(resumed?.conversation ?? input.history ?? [])];
+  if (typeof input.message === 'string') addUserContent(conversation, input.message);
+  else addUserContent(conversation, input.message.toolResults);
+  let spent = resumed?.spentMicros ?? 0;
+  const usage = { ...(resumed?.usage ?? { input_tokens: 0, output_tokens: 0 }) };
+  let turns = resumed?.turns ?? 0;
+  let corrections = resumed?.corrections ?? 0;
+  let lastText = resumed?.lastText ?? '';
+  const activeMs = () => (resumed?.activeMs ?? 0) + (Date.now() - started);
+  const state = (): RunState => ({ conversation: closeToolCalls(conversation), spentMicros: spent, usage: { ...usage }, turns, corrections, lastText, activeMs: activeMs() });
 
-  const finish = (subtype: ResultSubtype, extra: { text?: string; error?: string; structured_output?: unknown } = {}): { result: RunResult; events: RunEvent[] } => {
-    const result: RunResult = {
-      type: 'result',
-      subtype,
-      is_error: subtype !== 'success',
-      text: extra.text ?? lastText,
-      total_cost_usd: spent / MICROS_PER_USD,
-      total_cost_microdollars: spent,
-      duration_secs: Math.round(Date.now() - started) / 1000,
-      num_turns: turns,
-      usage,
-      model,
-      ...(extra.structured_output === undefined ? {} : { structured_output: extra.structured_output }),
-      ...(mcp ? { mcp_servers: mcp.servers } : {}),
-      ...(extra.error ? { error: extra.error } : {}),
-    };
-    return { result, events };
+  const finish = (subtype: ResultSubtype, extra: { text?: string; error?: string; structured_output?: unknown } = {}): RunOutcome => {
+    const ended = state();
+    const result = runResult(ended, { subtype, model, ...extra, ...(mcp ? { mcp_servers: mcp.servers } : {}) });
+    return { kind: 'ended', result, events, state: ended };
   };
 
   try {
@@ -149,7 +181,14 @@ export async function runAgent(given: RunInput): Promise<{ result: RunResult; ev
           turns--; // no model call was made
           return finish('error_max_budget_usd', { error: messageOf(turn.refusal) });
         }
-        return turn.aborted ? finish(stopped(), { error: stopReason() }) : finish('error_during_execution', { error: messageOf(turn.refusal) });
+        if (!turn.aborted) return finish('error_during_execution', { error: messageOf(turn.refusal) });
+        // What the model said before it was stopped stays in the conversation (and is the result's text).
+        const said = turn.partial ? textOf(turn.partial) : '';
+        if (said) {
+          lastText = said;
+          conversation.push({ role: 'assistant', content: [{ type: 'text', text: said }] });
+        }
+        return finish(stopped(), { error: stopReason() });
       }
       const message = turn.message;
       lastText = textOf(message);
@@ -161,7 +200,13 @@ export async function runAgent(given: RunInput): Promise<{ result: RunResult; ev
       }
       const calls = message.content.filter((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use');
       if (message.stop_reason === 'tool_use' && calls.length > 0) {
-        const results = await Promise.all(calls.map((call) => runTool(call, byName, input.signal, emit)));
+        const forClient = calls.filter((call) => clientNames.has(call.name));
+        const results = await Promise.all(calls.filter((call) => !clientNames.has(call.name)).map((call) => runTool(call, byName, input.signal, emit)));
+        if (input.signal.aborted) return finish(stopped(), { error: stopReason() });
+        if (forClient.length > 0) {
+          // The client runs these: the run pauses here, holding nothing, until every result is back.
+          return { kind: 'paused', events, state: { ...state(), conversation: [...conversation] }, calls: calls.map((call) => ({ ...call, client: clientNames.has(call.name) })), results };
+        }
         conversation.push({ role: 'user', content: results });
         continue;
       }
@@ -189,8 +234,67 @@ export async function runAgent(given: RunInput): Promise<{ result: RunResult; ev
   }
 }
 
+/** The result of a run from where it stands: the figures are the whole run's, across its segments. */
+export function runResult(
+  state: RunState,
+  fields: { subtype: ResultSubtype; model: string; text?: string; error?: string; structured_output?: unknown; mcp_servers?: McpServerStatus[] },
+): RunResult {
+  return {
+    type: 'result',
+    subtype: fields.subtype,
+    is_error: fields.subtype !== 'success',
+    text: fields.text ?? state.lastText,
+    total_cost_usd: state.spentMicros / MICROS_PER_USD,
+    total_cost_microdollars: state.spentMicros,
+    duration_secs: Math.round(state.activeMs) / 1000,
+    num_turns: state.turns,
+    usage: { ...state.usage },
+    model: fields.model,
+    ...(fields.structured_output === undefined ? {} : { structured_output: fields.structured_output }),
+    ...(fields.mcp_servers ? { mcp_servers: fields.mcp_servers } : {}),
+    ...(fields.error ? { error: fields.error } : {}),
+  };
+}
+
+/**
+ * A paused run that will not resume (its user interrupted it while the client's tools ran): every call left without
+ * a result is answered as stopped, so the conversation can go on.
+ */
+export function closePausedRun(state: RunState): RunState {
+  return { ...state, conversation: closeToolCalls(state.conversation) };
+}
+
+/**
+ * Adds a user turn. After a user turn already (a conversation whose last turn was stopped before the model answered,
+ * or ended on tool results), the content joins it: the Messages API wants user and assistant turns to alternate.
+ */
+function addUserContent(conversation: Anthropic.MessageParam[], content: string | Anthropic.ContentBlockParam[]): void {
+  const last = conversation.at(-1);
+  if (last?.role !== 'user') {
+    conversation.push({ role: 'user', content });
+    return;
+  }
+  const blocks = (c: string | Anthropic.ContentBlockParam[]): Anthropic.ContentBlockParam[] => (typeof c === 'string' ? [{ type: 'text', text: c }] : c);
+  conversation[conversation.length - 1] = { role: 'user', content: [...blocks(last.content), ...blocks(content)] };
+}
+
+/**
+ * The conversation with an answer for every tool call: a run stopped while tools ran leaves the model's calls
+ * without results, which the next turn could not send.
+ */
+function closeToolCalls(conversation: Anthropic.MessageParam[]): Anthropic.MessageParam[] {
+  const last = conversation.at(-1);
+  if (last?.role !== 'assistant' || typeof last.content === 'string') return [...conversation];
+  const calls = last.content.filter((b): b is Anthropic.ToolUseBlockParam => b.type === 'tool_use');
+  if (calls.length === 0) return [...conversation];
+  return [
+    ...conversation,
+    { role: 'user', content: calls.map((call) => ({ type: 'tool_result' as const, tool_use_id: call.id, content: 'The turn was stopped before this tool returned', is_error: true })) },
+  ];
+}
+
 /** Whether a tool may be offered: `disallowedTools` wins; `allowedTools`, when given, lists all that may be. */
-function allowed(name: string, options: RunOptions): boolean {
+function allowed(name: string, options: SessionOptions): boolean {
   const matches = (rule: string) => rule === name || (rule.startsWith('mcp__') && !rule.slice(5).includes('__') && name.startsWith(`${rule}__`));
   if (options.disallowedTools?.some(matches)) return false;
   return options.allowedTools === undefined || options.allowedTools.some(matches);
@@ -206,7 +310,7 @@ interface TurnContext {
 
 type TurnOutcome =
   | { ok: true; message: Anthropic.Message; charge: CallCharge; usage: { input_tokens: number; output_tokens: number }; clamped?: number }
-  | { ok: false; refusal: Refusal; aborted: boolean; charge?: CallCharge; usage: { input_tokens: number; output_tokens: number } };
+  | { ok: false; refusal: Refusal; aborted: boolean; charge?: CallCharge; usage: { input_tokens: number; output_tokens: number }; partial?: Anthropic.Message };
 
 /** One turn: one metered, streamed model call; text deltas are emitted as they arrive. */
 async function callModel(input: RunInput, turn: TurnContext): Promise<TurnOutcome> {
@@ -236,7 +340,9 @@ async function callModel(input: RunInput, turn: TurnContext): Promise<TurnOutcom
   const charge = await stream.settled;
   const message = stream.accumulator.message();
   const usage = tokensOf(charge, message);
-  if (input.signal.aborted) return { ok: false, refusal: { kind: 'invalid_request', message: 'The run was stopped' }, aborted: true, charge, usage };
+  if (input.signal.aborted) {
+    return { ok: false, refusal: { kind: 'invalid_request', message: 'The run was stopped' }, aborted: true, charge, usage, ...(message ? { partial: message } : {}) };
+  }
   if (!message || stream.accumulator.errorSeen || !message.stop_reason) {
     const error = stream.accumulator.error?.message ?? 'The model stream ended before its answer was complete';
     return { ok: false, refusal: { kind: 'upstream', status: 500, body: { type: 'error', error: { type: 'api_error', message: error } } }, aborted: false, charge, usage };

@@ -17,9 +17,11 @@ const EnvSchema = z.object({
   /** Queue URLs (QUEUES in lambdas/store/queues.ts): set by the stack on functions that may send, locally on all. */
   RUN_QUEUE_URL: z.string().url().optional(),
   WEBHOOK_QUEUE_URL: z.string().url().optional(),
+  TURN_QUEUE_URL: z.string().url().optional(),
   /** Dead-letter queue URLs: set by the stack on functions whose manifest access lists the queue in `deadLetters`. */
   RUN_DEAD_LETTER_QUEUE_URL: z.string().url().optional(),
   WEBHOOK_DEAD_LETTER_QUEUE_URL: z.string().url().optional(),
+  TURN_DEAD_LETTER_QUEUE_URL: z.string().url().optional(),
   /**
    * EventBridge Scheduler (lambdas/scheduling/scheduler.ts): set by the stack on functions whose manifest access has
    * `scheduler`, locally on all. The group the one-time schedules live in, the role Scheduler delivers them with, and
@@ -29,12 +31,14 @@ const EnvSchema = z.object({
   SCHEDULER_ROLE_ARN: z.string().min(1).optional(),
   RUN_QUEUE_ARN: z.string().min(1).optional(),
   WEBHOOK_QUEUE_ARN: z.string().min(1).optional(),
+  TURN_QUEUE_ARN: z.string().min(1).optional(),
   /** Set only locally and in tests: the scheduler stand-in's endpoint (bin/local/scheduler.ts). Unset in AWS. */
   SCHEDULER_ENDPOINT: z.string().url().optional(),
   /**
-   * Set only locally and in tests: the API Gateway Management API stand-in (bin/local/websocket.ts,
-   * `http://127.0.0.1:PORT/local`), used as every WebSocket event's callbackUrl instead of `https://<domain>/<stage>`.
-   * Unset in AWS.
+   * The API Gateway Management API endpoint of the /ws stage (`https://<domain>/<stage>`). The stack sets it on
+   * functions with `connections` access that get no WebSocket event to read it from (the session sweeper). Locally
+   * and in tests: the stand-in (bin/local/websocket.ts, `http://127.0.0.1:PORT/local`), used as every WebSocket
+   * event's callbackUrl too.
    */
   WEBSOCKET_CALLBACK_URL: z.string().url().optional(),
   REGISTRY_TABLE: z.string().default('gateway-registry'),
@@ -81,6 +85,15 @@ const EnvSchema = z.object({
     .regex(/^\s*\d+(\s*,\s*\d+)*\s*$/, 'must be whole seconds separated by commas')
     .default('5,300,1800,7200,18000,36000,36000')
     .transform((v) => v.split(',').map((s) => Number(s.trim()))),
+  /**
+   * /ws limits (docs/ws.md, "Limits"): a connection with no frame from its client and no turn running for
+   * SESSION_IDLE_SECONDS is closed (below API Gateway's own 10 minutes, so the client is told why); at most
+   * SESSION_FRAMES_PER_SECOND frames a second per connection; a session untouched for SESSION_RETENTION_SECONDS
+   * is deleted by the table's TTL.
+   */
+  SESSION_IDLE_SECONDS: z.coerce.number().int().min(1).default(300),
+  SESSION_FRAMES_PER_SECOND: z.coerce.number().int().min(1).default(10),
+  SESSION_RETENTION_SECONDS: z.coerce.number().int().min(60).default(7 * 24 * 3600),
   /** `1` lets outbound calls reach loopback: tests and the local runtime only, never the stack (contract.md). */
   ALLOW_LOOPBACK_URLS: z.string().optional().transform((v) => v === '1'),
 });

@@ -60,6 +60,12 @@ export interface FunctionAccess {
    * `providers`: the webhook sender reads callback secrets.
    */
   readonly decrypts?: boolean;
+  /**
+   * It posts frames to (and closes) the connections of the gateway's WebSocket API, without being that API's
+   * handler: `execute-api:ManageConnections` on that API's connections only, and WEBSOCKET_CALLBACK_URL (the stage's
+   * management endpoint) in its environment. A function with a `websocket` trigger has this right already.
+   */
+  readonly connections?: boolean;
 }
 
 export interface FunctionSpec {
@@ -142,6 +148,39 @@ export const FUNCTIONS = [
     // Vessels: each attempt is claimed and recorded on its vessel; decrypts: the callback secret; webhook: the next
     // attempt (delayed, or scheduled beyond 15 minutes), and its dead-letter queue once the retries are spent.
     access: { tables: { Vessels: 'readwrite' }, providers: false, decrypts: true, queues: ['webhook'], deadLetters: ['webhook'], scheduler: true },
+  },
+  {
+    id: 'Sessions',
+    entry: 'lambdas/handlers/sessions.ts',
+    description: 'Prompt gateway /ws sessions (WebSocket $connect, $default and $disconnect)',
+    memoryMb: 512,
+    // API Gateway's integration limit: a frame is answered at once; a turn is handed to SessionTurn.
+    timeoutSeconds: 29,
+    trigger: { kind: 'websocket' },
+    // Registry: the token on $connect; Sessions: connections, sessions and their turn state; turn: a turn (or its
+    // resumption once every tool result is in) is handed to the worker.
+    access: { tables: { Registry: 'read', Sessions: 'readwrite' }, providers: false, queues: ['turn'] },
+  },
+  {
+    id: 'SessionTurn',
+    entry: 'lambdas/handlers/session-turn.ts',
+    description: 'Prompt gateway /ws turn worker (runs a session turn, streaming frames to its connection)',
+    memoryMb: 1024,
+    timeoutSeconds: 900,
+    // One turn per invocation (the turn queue's batch size).
+    trigger: { kind: 'sqs', queue: 'turn' },
+    // Leases: the developer's concurrency per turn; providers: the model calls; Vessels and run: a turn's end wakes
+    // the developer's oldest vessel parked for its slot; connections: the turn's frames go back via PostToConnection.
+    access: { tables: { ...LEDGER, Sessions: 'readwrite', Leases: 'readwrite', Vessels: 'readwrite' }, providers: true, queues: ['run'], connections: true },
+  },
+  {
+    id: 'SessionSweeper',
+    entry: 'lambdas/handlers/session-sweeper.ts',
+    description: 'Prompt gateway /ws sweeper (closes idle connections, frees turns whose worker stopped)',
+    memoryMb: 256,
+    timeoutSeconds: 60,
+    trigger: { kind: 'schedule', expression: 'rate(1 minute)' },
+    access: { tables: { Sessions: 'readwrite' }, providers: false, queues: [], connections: true },
   },
 ] as const satisfies readonly FunctionSpec[];
 

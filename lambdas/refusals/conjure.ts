@@ -7,33 +7,42 @@ import { statusOf, type Refusal } from './refusal.ts';
  * names another, and token failures, whose body is `{error: <what is wrong>}` as the interface shows for /prompt.
  */
 export function conjureRefusal(refusal: Refusal): Response {
+  const { status, body, headers } = conjureRefusalParts(refusal);
+  return conjureResponse(status, body, headers);
+}
+
+/**
+ * A refusal's status, body and headers in the conjure envelope: rendered as a Response above, and as an `error`
+ * frame by /ws (lambdas/sessions/frames.ts), which carries the same body.
+ */
+export function conjureRefusalParts(refusal: Refusal): { status: number; body: Record<string, unknown>; headers: Record<string, string> } {
   const status = statusOf(refusal);
+  const parts = (body: Record<string, unknown>, headers: Record<string, string> = {}) => ({ status, body, headers });
   switch (refusal.kind) {
     case 'token':
-      return conjureResponse(status, { error: refusal.message });
+      return parts({ error: refusal.message });
     case 'budget_exhausted':
     case 'budget_held':
-      return conjureResponse(
-        status,
+      return parts(
         { error: 'user_budget_exhausted', message: refusal.message, ai: refusal.budget.ai, compute: refusal.budget.compute },
         refusal.kind === 'budget_held' ? { 'retry-after': '1' } : refusal.retryAfterSeconds === undefined ? {} : { 'retry-after': String(refusal.retryAfterSeconds) },
       );
     case 'developer_budget_exhausted': {
       const { used, available, planSeconds, poolSeconds } = refusal;
-      return conjureResponse(status, { error: refusal.kind, used, available, planSeconds, poolSeconds });
+      return parts({ error: refusal.kind, used, available, planSeconds, poolSeconds });
     }
     case 'concurrent_limit_reached': {
       const { active, max, sessions } = refusal;
-      return conjureResponse(status, { error: refusal.kind, active, max, sessions }, { 'retry-after': '1' });
+      return parts({ error: refusal.kind, active, max, sessions }, { 'retry-after': '1' });
     }
     case 'upstream':
-      return conjureResponse(status, { error: 'upstream_error', message: messageOf(refusal) });
+      return parts({ error: 'upstream_error', message: messageOf(refusal) });
     case 'method_not_allowed':
-      return conjureResponse(status, { error: refusal.kind, message: refusal.message }, refusal.allow.length ? { allow: refusal.allow.join(', ') } : {});
+      return parts({ error: refusal.kind, message: refusal.message }, refusal.allow.length ? { allow: refusal.allow.join(', ') } : {});
     case 'vessel_not_cancelable':
-      return conjureResponse(status, { error: refusal.kind, status: refusal.status, message: refusal.message });
+      return parts({ error: refusal.kind, status: refusal.status, message: refusal.message });
     default:
-      return conjureResponse(status, { error: refusal.kind, message: refusal.message });
+      return parts({ error: refusal.kind, message: refusal.message });
   }
 }
 

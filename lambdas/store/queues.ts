@@ -37,6 +37,19 @@ export const QUEUES = [
     /** Ten callbacks per invocation. */
     batchSize: 10,
   },
+  {
+    envVar: 'TURN_QUEUE_URL',
+    arnEnvVar: 'TURN_QUEUE_ARN',
+    deadLetterEnvVar: 'TURN_DEAD_LETTER_QUEUE_URL',
+    name: 'turn',
+    // A turn's message only says "run turn T of session S"; the session item is the source of truth, a stale or
+    // repeated message finds the turn already claimed and does nothing (docs/ws.md, "How a turn runs").
+    maxReceiveCount: 3,
+    /** The session turn worker: one turn, up to Lambda's maximum. */
+    consumerTimeoutSeconds: 900,
+    /** One turn per invocation. */
+    batchSize: 1,
+  },
 ] as const;
 
 export type QueueSpec = (typeof QUEUES)[number];

@@ -21,6 +21,12 @@ export const VESSELS_RECONCILE_INDEX = 'reconcile';
 export const VESSELS_PARKED_INDEX = 'parked';
 
 /**
+ * The Sessions table's index of what the session sweeper watches (lambdas/sessions/sweeper.ts): connections by when
+ * they fall idle, running turns by when their worker's heartbeat goes stale.
+ */
+export const SESSIONS_SWEEP_INDEX = 'sweep';
+
+/**
  * The one description of every DynamoDB table. The CDK stack builds its tables from it and the local runtime
  * creates the same tables in DynamoDB Local, so the two can never disagree on keys, indexes or TTL attributes.
  */
@@ -90,6 +96,16 @@ export const TABLES: readonly TableSpec[] = [
     envVar: 'SESSIONS_TABLE',
     partitionKey: 'pk',
     ttlAttribute: 'expiresAt',
-    purpose: 'multi-turn /ws sessions',
+    indexes: [
+      {
+        // Sparse: connections (sweepShard "connection") until they close, and sessions (sweepShard "turn") only
+        // while a turn is queued or running, each sorted by the moment the sweeper should look at it.
+        name: SESSIONS_SWEEP_INDEX,
+        partitionKey: { name: 'sweepShard', type: 'S' },
+        sortKey: { name: 'sweepAt', type: 'N' },
+        projection: 'ALL',
+      },
+    ],
+    purpose: 'multi-turn /ws sessions (conversation, options, owner, turn state) and the WebSocket connections bound to them',
   },
 ];

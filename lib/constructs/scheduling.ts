@@ -7,7 +7,10 @@ import { Construct } from 'constructs';
 
 export interface GatewaySchedulingProps {
   readonly stage: string;
-  /** The queues schedules deliver to: the run queue (vessels due later) and the webhook queue (later retries). */
+  /**
+   * The queues schedules deliver to: the run queue (vessels due later) and the webhook queue (later retries) — the
+   * queues the functions that schedule may send to, never the others (the turn queue).
+   */
   readonly targetQueues: readonly sqs.IQueue[];
 }
 
@@ -35,8 +38,10 @@ export class GatewayScheduling extends Construct {
         conditions: { StringEquals: { 'aws:SourceAccount': account, 'aws:SourceArn': this.group.attrArn } },
       }),
     });
-    // SQS-managed encryption: no KMS permission is needed to send.
-    this.role.addToPolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: props.targetQueues.map((q) => q.queueArn) }));
+    // SQS-managed encryption: no KMS permission is needed to send. No target queue (no function schedules): no right.
+    if (props.targetQueues.length) {
+      this.role.addToPolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: props.targetQueues.map((q) => q.queueArn) }));
+    }
   }
 
   /** ARN of a schedule in the gateway's group. */

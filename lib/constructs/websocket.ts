@@ -1,7 +1,7 @@
 import { Stack, Validations } from 'aws-cdk-lib';
 import * as apigwv2 from 'aws-cdk-lib/aws-apigatewayv2';
 import { WebSocketLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
-import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
@@ -20,8 +20,9 @@ export interface GatewayWebSocketProps {
 /**
  * An API Gateway WebSocket API whose three routes ($connect, $disconnect, $default) all invoke one function, a
  * stage named after the gateway stage with throttling and JSON access logs (with a retention), and the function's
- * right to answer its clients (`execute-api:ManageConnections` on this API's connections only). Authorization is
- * the function's own token check on $connect, as on the other URLs.
+ * right to answer its clients (`execute-api:ManageConnections` on this API's connections only); grantConnections()
+ * gives other functions the same right. Authorization is the function's own token check on $connect, as on the
+ * other URLs.
  */
 export class GatewayWebSocket extends Construct {
   readonly api: apigwv2.WebSocketApi;
@@ -49,7 +50,7 @@ export class GatewayWebSocket extends Construct {
       throttle: WEBSOCKET_THROTTLING,
       accessLogSettings: { destination: new apigwv2.LogGroupLogDestination(this.accessLogs) },
     });
-    this.api.grantManageConnections(props.handler);
+    this.grantConnections(props.handler, { callbackUrl: false });
 
     Validations.of(this.api).acknowledge({
       id: 'AwsSolutions-APIG4',
@@ -58,8 +59,22 @@ export class GatewayWebSocket extends Construct {
         '(query string or header) against the registry and refuses the connection otherwise, as the other URLs do; an ' +
         'API Gateway authorizer could not check it without the project secret lookup.',
     });
+  }
+
+  /**
+   * Lets `fn` post to, read and close this API's connections — `execute-api:ManageConnections` on this API's
+   * `@connections/*` only — and, unless `callbackUrl: false`, tells it the stage's management endpoint
+   * (WEBSOCKET_CALLBACK_URL). The handler itself reads that endpoint from each event; a function that is not the
+   * handler (a worker streaming a turn's frames, a sweeper closing idle connections) has no event to read it from.
+   */
+  grantConnections(fn: lambda.IFunction, options: { callbackUrl?: boolean } = {}): void {
+    this.api.grantManageConnections(fn);
+    if (options.callbackUrl !== false) {
+      if (!(fn instanceof lambda.Function)) throw new Error(`${fn.node.path}: only a function of this stack can be told WEBSOCKET_CALLBACK_URL`);
+      fn.addEnvironment('WEBSOCKET_CALLBACK_URL', this.callbackUrl);
+    }
     // The grant is a statement of the function's role policy, so the acknowledgement goes on the role.
-    Validations.of(props.handler.role ?? props.handler).acknowledge({
+    Validations.of(fn.role ?? fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<${Stack.of(this).getLogicalId(this.api.node.defaultChild as never)}>/*/*/@connections/*]`,
       reason:
         'Connection ids are created by API Gateway at run time, so the grant names this WebSocket API and allows ' +

@@ -112,8 +112,24 @@ describe('one manifest of functions', () => {
           expect(served.kind === 'schedule' && served.intervalMs).toBe(rateIntervalMs(spec.trigger.expression));
           break;
         }
+        case 'websocket': {
+          // $connect, $disconnect and $default of one WebSocket API, each integrated with the function; locally /ws.
+          const integrations = Object.entries(resources).filter(
+            ([, r]) => r.Type === 'AWS::ApiGatewayV2::Integration' && JSON.stringify(r.Properties?.IntegrationUri).includes(target),
+          );
+          expect(integrations.length).toBeGreaterThan(0);
+          const routeKeys = Object.values(resources)
+            .filter((r) => r.Type === 'AWS::ApiGatewayV2::Route' && integrations.some(([id]) => JSON.stringify(r.Properties?.Target).includes(JSON.stringify({ Ref: id }))))
+            .map((r) => r.Properties?.RouteKey)
+            .sort();
+          expect(routeKeys).toEqual(['$connect', '$default', '$disconnect']);
+          expect(outputs[`${spec.id}WebSocketUrl`]).toBeDefined();
+          expect(served.kind === 'websocket' && served.path).toBe('/ws');
+          break;
+        }
         default:
-          throw new Error(`${spec.id}: the local runtime serves no ${spec.trigger.kind} trigger, so the manifest may not have one`);
+          // Every trigger kind is checked above: a new kind fails to compile here until it is.
+          throw new Error(`${spec.id}: unchecked trigger ${JSON.stringify(spec.trigger satisfies never)}`);
       }
     }
   });
@@ -176,13 +192,20 @@ describe('the local runtime routes by the manifest', () => {
       VesselExecutor: 'vessel-executor',
       VesselReconciler: 'vessel-reconciler',
       WebhookSender: 'webhook-sender',
+      Sessions: 'sessions',
+      SessionTurn: 'session-turn',
+      SessionSweeper: 'session-sweeper',
     });
   });
 
   it('serves one websocket function at /ws and refuses, at startup, two of them or a cron schedule', () => {
     const later = (trigger: FunctionSpec['trigger'], id = 'Later'): FunctionSpec => ({ ...FUNCTIONS[0], id, trigger, access: { tables: {}, providers: false, queues: [] } });
-    expect(localFunctions([...FUNCTIONS, later({ kind: 'websocket' })]).at(-1)).toMatchObject({ id: 'Later', kind: 'websocket', path: '/ws' });
-    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'websocket' }), later({ kind: 'websocket' }, 'Other')])).toThrow(
+    expect(localFunctions(FUNCTIONS).find((f) => f.kind === 'websocket')).toMatchObject({ id: 'Sessions', kind: 'websocket', path: '/ws' });
+    // The manifest's own websocket function (Sessions) set aside, another one takes /ws.
+    const withoutSessions = FUNCTIONS.filter((f) => f.id !== 'Sessions');
+    expect(localFunctions([...withoutSessions, later({ kind: 'websocket' })]).at(-1)).toMatchObject({ id: 'Later', kind: 'websocket', path: '/ws' });
+    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'websocket' })])).toThrow(/serves one websocket function at \/ws, and the manifest has 2 \(Sessions, Later;/);
+    expect(() => localFunctions([...withoutSessions, later({ kind: 'websocket' }), later({ kind: 'websocket' }, 'Other')])).toThrow(
       /serves one websocket function at \/ws, and the manifest has 2 \(Later, Other;/,
     );
     expect(() => localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'cron(0 3 * * ? *)' })])).toThrow(/Later.*not cron/);

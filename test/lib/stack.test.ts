@@ -6,9 +6,9 @@ import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FUNCTIONS, type FunctionAccess, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
+import { FUNCTIONS, functionSpec, type FunctionAccess, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { QUEUES, queueSpec } from '../../lambdas/store/queues.ts';
-import { TABLES, VESSELS_PARKED_INDEX, VESSELS_RECONCILE_INDEX } from '../../lambdas/store/tables.ts';
+import { SESSIONS_SWEEP_INDEX, TABLES, VESSELS_PARKED_INDEX, VESSELS_RECONCILE_INDEX } from '../../lambdas/store/tables.ts';
 import { buildGatewayApp, gatewayOptions } from '../../lib/app.ts';
 import { GatewayQueues } from '../../lib/constructs/queues.ts';
 import { GatewayScheduling } from '../../lib/constructs/scheduling.ts';
@@ -33,6 +33,8 @@ const OUTPUTS = [
   // The CLI's `webhook redeliver` and `webhook show` (docs/webhooks.md).
   'WebhookQueueUrl',
   'WebhookDeadLetterQueueUrl',
+  // The wss:// URL /ws clients connect to (docs/ws.md).
+  'SessionsWebSocketUrl',
 ];
 
 // One synth of the app exactly as bin/app.ts builds it (default context: stage dev), shared by the tests below.
@@ -114,6 +116,8 @@ describe('cdk-nag', () => {
         // The functions that schedule (vessels, webhook retries) may manage any schedule of the gateway's group (names
         // are per vessel, per delivery attempt).
         'AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/prompt-gateway-dev/*]',
+        // The /ws functions may post to and close any connection of the gateway's WebSocket API (ids are API Gateway's).
+        `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<${logicalIdOf(stack.webSockets.Sessions!.api)}>/*/*/@connections/*]`,
         'AwsSolutions-L1',
         'AwsSolutions-SMG4',
         'PromptGateway-LambdaFunctionUrlAuth',
@@ -177,7 +181,8 @@ describe('functions', () => {
 
   it('gives every function its own log group with a retention', () => {
     for (const [, group] of ofType('AWS::Logs::LogGroup')) expect(group.Properties?.RetentionInDays).toBeGreaterThan(0);
-    expect(ofType('AWS::Logs::LogGroup').length).toBe(ofType('AWS::Lambda::Function').length + 2); // + API access and execution logs
+    // + the REST API's access and execution logs, and each WebSocket API's access logs
+    expect(ofType('AWS::Logs::LogGroup').length).toBe(ofType('AWS::Lambda::Function').length + 2 + Object.keys(stack.webSockets).length);
   });
 });
 
@@ -194,7 +199,7 @@ describe('IAM', () => {
   });
 
   it('the functions that call providers (or only decrypt) may Decrypt with the provider-keys key, those that encrypt may Encrypt, nothing else of it', () => {
-    expect(FUNCTIONS.filter((f) => f.access.providers).map((f) => f.id)).toEqual(['Channeling', 'Prompt', 'VesselExecutor']);
+    expect(FUNCTIONS.filter((f) => f.access.providers).map((f) => f.id)).toEqual(['Channeling', 'Prompt', 'VesselExecutor', 'SessionTurn']);
     expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).encrypts).map((f) => f.id)).toEqual(['ConjureApi']);
     expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).decrypts).map((f) => f.id)).toEqual(['WebhookSender']);
     const keyArn = { 'Fn::GetAtt': [logicalIdOf(stack.secrets.providerKeysKey), 'Arn'] };
@@ -212,7 +217,7 @@ describe('IAM', () => {
       ];
     }).sort();
     expect(kmsGrants).toEqual(expected);
-    for (const f of [stack.channeling, stack.functionOf('Prompt'), stack.functionOf('VesselExecutor')]) {
+    for (const f of [stack.channeling, stack.functionOf('Prompt'), stack.functionOf('VesselExecutor'), stack.functionOf('SessionTurn')]) {
       template.hasResourceProperties('AWS::IAM::Policy', {
         Roles: [{ Ref: logicalIdOf(f.role) }],
         PolicyDocument: {
@@ -243,11 +248,11 @@ describe('IAM', () => {
     expect(envOf(stack.functionOf('VesselReconciler')).PROVIDER_KEYS_KMS_KEY_ID).toBeUndefined();
   });
 
-  it('only prompt and the executor may write the Leases table, the reconciler may read it, nobody else may touch it', () => {
+  it('only prompt, the executor and the session turn worker may write the Leases table, the reconciler may read it, nobody else may touch it', () => {
     const leasesId = logicalIdOf(stack.data.tables.Leases);
     const onLeases = ({ statement }: { statement: { Resource?: unknown } }) => JSON.stringify(statement.Resource ?? null).includes(`"${leasesId}"`);
     const leasesActionsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).filter(onLeases).flatMap(({ statement }) => asArray(statement.Action));
-    for (const id of ['Prompt', 'VesselExecutor']) {
+    for (const id of ['Prompt', 'VesselExecutor', 'SessionTurn']) {
       expect(leasesActionsOf(id), id).toEqual(
         expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem']),
       );
@@ -261,7 +266,7 @@ describe('IAM', () => {
       expect(statements.filter(onLeases)).toEqual([]);
     }
     // Nor does any other policy of the stack name the table.
-    const allowed = new Set(['Prompt', 'VesselExecutor', 'VesselReconciler'].map((id) => JSON.stringify([{ Ref: logicalIdOf(stack.functionOf(id).role) }])));
+    const allowed = new Set(['Prompt', 'VesselExecutor', 'SessionTurn', 'VesselReconciler'].map((id) => JSON.stringify([{ Ref: logicalIdOf(stack.functionOf(id).role) }])));
     expect(iamStatements(resources).filter(onLeases).filter(({ logicalId }) => !allowed.has(JSON.stringify(resources[logicalId]!.Properties?.Roles)))).toEqual([]);
   });
 
@@ -275,6 +280,8 @@ describe('IAM', () => {
         ...(access.decrypts ? ['kms:Decrypt'] : []),
         ...(access.queues.length || deadLetters.length ? ['sqs:SendMessage'] : []),
         ...(access.scheduler ? ['iam:PassRole', 'scheduler:CreateSchedule', 'scheduler:DeleteSchedule'] : []),
+        // The WebSocket API's handler answers its clients; a function with `connections` posts to them too.
+        ...(access.connections || trigger.kind === 'websocket' ? ['execute-api:ManageConnections'] : []),
         // An SQS event source consumes its queue.
         ...(trigger.kind === 'sqs' ? ['sqs:ChangeMessageVisibility', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage'] : []),
       ];
@@ -284,6 +291,8 @@ describe('IAM', () => {
       expect([...new Set(actions)].sort(), spec.id).toEqual([...new Set(expected)].sort());
       const env = envOf(stack.functionOf(spec.id));
       for (const name of ['SCHEDULE_GROUP_NAME', 'SCHEDULER_ROLE_ARN']) expect(env[name] !== undefined, `${spec.id} ${name}`).toBe(access.scheduler === true);
+      // The handler reads the management endpoint from its events; the others are told it.
+      expect(env.WEBSOCKET_CALLBACK_URL !== undefined, `${spec.id} WEBSOCKET_CALLBACK_URL`).toBe(access.connections === true);
       for (const queue of QUEUES) {
         // A queue's URL and ARN come together with the grant to send to it (the ARN is what a schedule targets).
         expect(env[queue.envVar] !== undefined, `${spec.id} ${queue.envVar}`).toBe(access.queues.includes(queue.name));
@@ -295,14 +304,25 @@ describe('IAM', () => {
   });
 
   it('a function with a table that has indexes may query those indexes by name, never index/*', () => {
-    const vessels = logicalIdOf(stack.data.tables.Vessels);
-    const indexArn = (name: string) => ({ 'Fn::Join': ['', [{ 'Fn::GetAtt': [vessels, 'Arn'] }, `/index/${name}`]] });
+    const indexArn = (table: (typeof TABLES)[number], name: string) => ({
+      'Fn::Join': ['', [{ 'Fn::GetAtt': [logicalIdOf(stack.data.tables[table.id]), 'Arn'] }, `/index/${name}`]],
+    });
+    expect(TABLES.filter((t) => t.indexes?.length).map((t) => t.id)).toEqual(['Vessels', 'Sessions']);
     for (const spec of FUNCTIONS as readonly FunctionSpec[]) {
       const statements = roleStatements(resources, logicalIdOf(stack.functionOf(spec.id).role)).map(({ statement }) => statement);
       const onIndex = statements.filter((st) => JSON.stringify(st.Resource).includes('/index/'));
-      if (spec.access.tables.Vessels) expect(onIndex, spec.id).toEqual([{ Action: 'dynamodb:Query', Effect: 'Allow', Resource: [indexArn('parked'), indexArn('reconcile')] }]);
-      else expect(onIndex, spec.id).toEqual([]);
+      // One Query statement on the indexes of every indexed table the entry names (CDK merges them), in any order.
+      const expected = TABLES.filter((t) => t.indexes?.length && spec.access.tables[t.id]).flatMap((t) => t.indexes!.map((i) => JSON.stringify(indexArn(t, i.name))));
+      expect(onIndex.map((st) => ({ ...st, Resource: asArray(st.Resource as unknown).map((r) => JSON.stringify(r)).sort() })), spec.id).toEqual(
+        expected.length ? [{ Action: 'dynamodb:Query', Effect: 'Allow', Resource: expected.sort() }] : [],
+      );
     }
+    // e.g. the session turn worker, which has both indexed tables
+    expect(
+      roleStatements(resources, logicalIdOf(stack.functionOf('SessionTurn').role))
+        .filter(({ statement }) => JSON.stringify(statement.Resource).includes('/index/'))
+        .flatMap(({ statement }) => asArray(statement.Resource as unknown)),
+    ).toHaveLength(3);
     expect(JSON.stringify(iamStatements(resources))).not.toContain('/index/*');
   });
 
@@ -382,7 +402,7 @@ describe('data', () => {
       ]),
     );
     const withIndexes = ofType('AWS::DynamoDB::Table').filter(([, t]) => t.Properties?.GlobalSecondaryIndexes);
-    expect(withIndexes.map(([id]) => id)).toEqual([logicalIdOf(stack.data.tables.Vessels)]);
+    expect(withIndexes.map(([id]) => id).sort()).toEqual([logicalIdOf(stack.data.tables.Vessels), logicalIdOf(stack.data.tables.Sessions)].sort());
   });
 
   it('production keeps data: deletion protection and RETAIN on tables, key, secret, queues and logs', () => {
@@ -421,7 +441,7 @@ describe('secrets', () => {
 });
 
 describe('queues', () => {
-  it('run and webhook queues redrive to their DLQs after QUEUES.maxReceiveCount, with visibility 6x the consumer timeout', () => {
+  it('run, webhook and turn queues redrive to their DLQs after QUEUES.maxReceiveCount, with visibility 6x the consumer timeout', () => {
     for (const spec of QUEUES) {
       const q = stack.queues.byName[spec.name];
       const main = resources[logicalIdOf(q.queue)]!;
@@ -435,6 +455,7 @@ describe('queues', () => {
     }
     expect(resources[logicalIdOf(stack.queues.byName.run.queue)]!.Properties?.VisibilityTimeout).toBe(5400);
     expect(resources[logicalIdOf(stack.queues.byName.webhook.queue)]!.Properties?.VisibilityTimeout).toBe(180);
+    expect(resources[logicalIdOf(stack.queues.byName.turn.queue)]!.Properties?.VisibilityTimeout).toBe(5400);
   });
 
   it('every queue refuses requests without TLS', () => {
@@ -665,7 +686,9 @@ describe('vessels', () => {
 
   it('the reconciler runs on an EventBridge rule every minute, which alone may invoke it', () => {
     const reconciler = stack.functionOf('VesselReconciler');
-    const rules = ofType('AWS::Events::Rule');
+    // One rule per schedule entry of the manifest; the reconciler's is the one targeting it.
+    expect(ofType('AWS::Events::Rule')).toHaveLength(FUNCTIONS.filter((f) => f.trigger.kind === 'schedule').length);
+    const rules = ofType('AWS::Events::Rule').filter(([, r]) => JSON.stringify(r.Properties?.Targets).includes(JSON.stringify(fnArnOf(reconciler.fn))));
     expect(rules).toHaveLength(1);
     const [ruleId, rule] = rules[0]!;
     expect(rule.Properties).toMatchObject({
@@ -746,6 +769,249 @@ describe('webhooks', () => {
   });
 });
 
+describe('/ws sessions', () => {
+  const sessions = () => stack.functionOf('Sessions');
+  const turnWorker = () => stack.functionOf('SessionTurn');
+  const sweeper = () => stack.functionOf('SessionSweeper');
+  const ws = () => stack.webSockets.Sessions!;
+  const apiId = () => logicalIdOf(ws().api);
+  const arnOf = (c: IConstruct) => ({ 'Fn::GetAtt': [logicalIdOf(c), 'Arn'] });
+  /** `execute-api:ManageConnections` on this API's connections, and nothing more. */
+  const manageConnections = () => ({
+    Action: 'execute-api:ManageConnections',
+    Effect: 'Allow',
+    Resource: {
+      'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':execute-api:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':', { Ref: apiId() }, '/*/*/@connections/*']],
+    },
+  });
+  const stageUrl = (scheme: 'wss' | 'https') => ({
+    'Fn::Join': ['', [`${scheme}://`, { Ref: apiId() }, '.execute-api.', { Ref: 'AWS::Region' }, '.', { Ref: 'AWS::URLSuffix' }, '/dev']],
+  });
+  const statementsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).map(({ statement }) => statement);
+  const sendsTo = (id: string) =>
+    statementsOf(id)
+      .filter((st) => asArray(st.Action).includes('sqs:SendMessage'))
+      .flatMap((st) => asArray(st.Resource as unknown));
+  /** The tables a role's statements name, split by whether it may write them. */
+  const tablesOf = (id: string) => {
+    const statements = statementsOf(id).filter((st) => asArray(st.Action).some((a) => a.startsWith('dynamodb:')));
+    const named = (writes: boolean) =>
+      TABLES.filter((t) =>
+        statements.some((st) => asArray(st.Action).includes('dynamodb:PutItem') === writes && JSON.stringify(st.Resource).includes(`"${logicalIdOf(stack.data.tables[t.id])}"`)),
+      )
+        .map((t) => t.id)
+        .sort();
+    return { read: named(false).filter((t) => !named(true).includes(t)), readwrite: named(true) };
+  };
+  const manifestTables = (id: 'Sessions' | 'SessionTurn' | 'SessionSweeper') => {
+    const tables = Object.entries((FUNCTIONS.find((f) => f.id === id)!.access as FunctionAccess).tables);
+    return {
+      read: tables.filter(([, mode]) => mode === 'read').map(([t]) => t).sort(),
+      readwrite: tables.filter(([, mode]) => mode === 'readwrite').map(([t]) => t).sort(),
+    };
+  };
+
+  it('one WebSocket API whose $connect, $disconnect and $default all invoke the Sessions function', () => {
+    expect(Object.keys(stack.webSockets)).toEqual(['Sessions']);
+    template.resourceCountIs('AWS::ApiGatewayV2::Api', 1);
+    expect(resources[apiId()]!.Properties).toMatchObject({ ProtocolType: 'WEBSOCKET', Name: 'prompt-gateway-dev-sessionswebsocket' });
+    const routes = ofType('AWS::ApiGatewayV2::Route').map(([, r]) => r.Properties!);
+    expect(routes.map((r) => r.RouteKey).sort()).toEqual(['$connect', '$default', '$disconnect']);
+    for (const route of routes) {
+      expect(route, String(route.RouteKey)).toMatchObject({ ApiId: { Ref: apiId() }, AuthorizationType: 'NONE' });
+      expect(route.Target).toEqual({ 'Fn::Join': ['', ['integrations/', { Ref: expect.any(String) }]] });
+      const integrationId = (route.Target as { 'Fn::Join': [string, [string, { Ref: string }]] })['Fn::Join'][1][1].Ref;
+      const integration = resources[integrationId]!;
+      expect(integration.Type).toBe('AWS::ApiGatewayV2::Integration');
+      expect(integration.Properties).toMatchObject({ ApiId: { Ref: apiId() }, IntegrationType: 'AWS_PROXY' });
+      expect(JSON.stringify(integration.Properties?.IntegrationUri)).toContain(JSON.stringify(fnArnOf(sessions().fn)));
+    }
+    // API Gateway may invoke it, from this API only; nothing else invokes it.
+    const permissions = ofType('AWS::Lambda::Permission').filter(([, p]) => JSON.stringify(p.Properties?.FunctionName) === JSON.stringify(fnArnOf(sessions().fn)));
+    expect(permissions.length).toBeGreaterThan(0);
+    for (const [, permission] of permissions) {
+      expect(permission.Properties).toMatchObject({ Action: 'lambda:InvokeFunction', Principal: 'apigateway.amazonaws.com' });
+      expect(JSON.stringify(permission.Properties?.SourceArn)).toContain(JSON.stringify({ Ref: apiId() }));
+    }
+    expect(ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(sessions().fn) }))).toEqual([]);
+    expect(resources[logicalIdOf(sessions().fn)]!.Properties).toMatchObject({ Timeout: 29, MemorySize: 512 });
+  });
+
+  it('its stage is named after the gateway stage, auto-deployed, throttled, with access logs kept for a while', () => {
+    template.resourceCountIs('AWS::ApiGatewayV2::Stage', 1);
+    const stage = resources[logicalIdOf(ws().stage)]!;
+    expect(stage.Properties).toMatchObject({
+      ApiId: { Ref: apiId() },
+      StageName: 'dev',
+      AutoDeploy: true,
+      DefaultRouteSettings: { ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 },
+      AccessLogSettings: { DestinationArn: arnOf(ws().accessLogs), Format: expect.stringContaining('$context.connectionId') },
+    });
+    expect(resources[logicalIdOf(ws().accessLogs)]!.Properties?.RetentionInDays).toBeGreaterThan(0);
+  });
+
+  it('outputs SessionsWebSocketUrl: the stage\'s wss:// URL', () => {
+    template.hasOutput('SessionsWebSocketUrl', { Value: stageUrl('wss') });
+    template.hasOutput('SessionsFunctionName', { Value: { Ref: logicalIdOf(sessions().fn) } });
+  });
+
+  it('the Sessions function may read the registry, read and write sessions, and send to the turn queue only; no provider access', () => {
+    const statements = statementsOf('Sessions');
+    const actions = statements.flatMap((st) => asArray(st.Action));
+    expect(actions.filter((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:'))).toEqual([]);
+    expect(actions).not.toContain('kms:Decrypt');
+    expect(sendsTo('Sessions')).toEqual([arnOf(stack.queues.byName.turn.queue)]);
+    expect(tablesOf('Sessions')).toEqual(manifestTables('Sessions'));
+    expect(tablesOf('Sessions')).toEqual({ read: ['Registry'], readwrite: ['Sessions'] });
+    // It answers its own clients (GatewayWebSocket's grant), on this API's connections only.
+    expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('execute-api:')))).toEqual([manageConnections()]);
+    const env = envOf(sessions());
+    expect(env).toMatchObject({
+      TURN_QUEUE_URL: { Ref: logicalIdOf(stack.queues.byName.turn.queue) },
+      TURN_QUEUE_ARN: arnOf(stack.queues.byName.turn.queue),
+      SESSIONS_TABLE: { Ref: logicalIdOf(stack.data.tables.Sessions) },
+    });
+    // The handler reads the management endpoint from each event.
+    for (const absent of ['PROVIDER_KEYS_KMS_KEY_ID', 'ANTHROPIC_API_KEY_SECRET_ARN', 'RUN_QUEUE_URL', 'TURN_DEAD_LETTER_QUEUE_URL', 'WEBSOCKET_CALLBACK_URL']) {
+      expect(env, absent).not.toHaveProperty(absent);
+    }
+  });
+
+  it('the turn worker consumes the turn queue one turn per invocation, reporting partial batch failures, within 15 minutes', () => {
+    const turn = stack.queues.byName.turn;
+    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(turnWorker().fn) }));
+    expect(mappings.map(([, m]) => m.Properties)).toEqual([
+      expect.objectContaining({ EventSourceArn: arnOf(turn.queue), BatchSize: 1, FunctionResponseTypes: ['ReportBatchItemFailures'] }),
+    ]);
+    expect(mappings[0]![1].Properties?.ScalingConfig).toBeUndefined();
+    // The turn queue has no other consumer.
+    expect(ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.EventSourceArn) === JSON.stringify(arnOf(turn.queue)))).toHaveLength(1);
+    expect(resources[logicalIdOf(turnWorker().fn)]!.Properties).toMatchObject({ Timeout: 900, MemorySize: 1024 });
+    // Visibility 6x the worker's 15 minutes; a turn message is retried three times, then parked in the DLQ (14 days).
+    expect(resources[logicalIdOf(turn.queue)]!.Properties).toMatchObject({
+      VisibilityTimeout: 5400,
+      RedrivePolicy: { deadLetterTargetArn: arnOf(turn.deadLetterQueue), maxReceiveCount: 3 },
+    });
+    expect(resources[logicalIdOf(turn.deadLetterQueue)]!.Properties).toMatchObject({ MessageRetentionPeriod: 14 * 24 * 3600 });
+    expect(queueSpec('turn')).toMatchObject({ batchSize: 1, consumerTimeoutSeconds: 900, maxReceiveCount: 3 });
+  });
+
+  it('the turn worker may post to this API\'s connections, use its manifest tables, call providers, and send to the run queue only', () => {
+    const statements = statementsOf('SessionTurn');
+    expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('execute-api:')))).toEqual([manageConnections()]);
+    expect(tablesOf('SessionTurn')).toEqual(manifestTables('SessionTurn'));
+    expect(tablesOf('SessionTurn')).toEqual({ read: ['Registry'], readwrite: ['Leases', 'Sessions', 'Usage', 'Vessels'].sort() });
+    // Sends to the run queue (a turn's end wakes a parked vessel), never to the turn queue nor any dead-letter queue.
+    expect(sendsTo('SessionTurn')).toEqual([arnOf(stack.queues.byName.run.queue)]);
+    // Consumes the turn queue (its event source), no other.
+    const consumes = statements.filter((st) => asArray(st.Action).includes('sqs:ReceiveMessage')).flatMap((st) => asArray(st.Resource as unknown));
+    expect(consumes).toEqual([arnOf(stack.queues.byName.turn.queue)]);
+    // Providers: Decrypt the provider keys and read the Anthropic key, nothing else of either.
+    expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:')))).toEqual([
+      { Action: 'kms:Decrypt', Effect: 'Allow', Resource: arnOf(stack.secrets.providerKeysKey) },
+      { Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'], Effect: 'Allow', Resource: { Ref: logicalIdOf(stack.secrets.anthropicKey) } },
+    ]);
+    expect(statements.flatMap((st) => asArray(st.Action)).filter((a) => a.startsWith('scheduler:') || a.startsWith('iam:'))).toEqual([]);
+  });
+
+  it('the turn worker is told the stage\'s management endpoint, the run queue, the key and the secret; not the turn queue', () => {
+    const env = envOf(turnWorker());
+    expect(env).toMatchObject({
+      WEBSOCKET_CALLBACK_URL: stageUrl('https'),
+      RUN_QUEUE_URL: { Ref: logicalIdOf(stack.queues.byName.run.queue) },
+      PROVIDER_KEYS_KMS_KEY_ID: arnOf(stack.secrets.providerKeysKey),
+      ANTHROPIC_API_KEY_SECRET_ARN: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
+      SESSIONS_TABLE: { Ref: logicalIdOf(stack.data.tables.Sessions) },
+    });
+    for (const absent of ['TURN_QUEUE_URL', 'TURN_QUEUE_ARN', 'TURN_DEAD_LETTER_QUEUE_URL', 'WEBHOOK_QUEUE_URL', 'SCHEDULE_GROUP_NAME', 'ALLOW_LOOPBACK_URLS']) {
+      expect(env, absent).not.toHaveProperty(absent);
+    }
+  });
+
+  it('the sweeper runs on an EventBridge rule every minute, may read and write sessions (and query their sweep index) and manage connections, nothing else', () => {
+    const rules = ofType('AWS::Events::Rule').filter(([, r]) => JSON.stringify(r.Properties?.Targets).includes(JSON.stringify(fnArnOf(sweeper().fn))));
+    expect(rules).toHaveLength(1);
+    const [ruleId, rule] = rules[0]!;
+    expect(rule.Properties).toMatchObject({ ScheduleExpression: 'rate(1 minute)', State: 'ENABLED', Targets: [expect.objectContaining({ Arn: fnArnOf(sweeper().fn) })] });
+    const permissions = ofType('AWS::Lambda::Permission').filter(([, p]) => JSON.stringify(p.Properties?.FunctionName) === JSON.stringify(fnArnOf(sweeper().fn)));
+    expect(permissions.map(([, p]) => p.Properties)).toEqual([
+      expect.objectContaining({ Action: 'lambda:InvokeFunction', Principal: 'events.amazonaws.com', SourceArn: { 'Fn::GetAtt': [ruleId, 'Arn'] } }),
+    ]);
+    expect(resources[logicalIdOf(sweeper().fn)]!.Properties).toMatchObject({ Timeout: 60, MemorySize: 256 });
+
+    const statements = statementsOf('SessionSweeper');
+    expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('execute-api:')))).toEqual([manageConnections()]);
+    expect(tablesOf('SessionSweeper')).toEqual(manifestTables('SessionSweeper'));
+    expect(tablesOf('SessionSweeper')).toEqual({ read: [], readwrite: ['Sessions'] });
+    expect(statements.filter((st) => JSON.stringify(st.Resource).includes('/index/'))).toEqual([
+      {
+        Action: 'dynamodb:Query',
+        Effect: 'Allow',
+        Resource: { 'Fn::Join': ['', [arnOf(stack.data.tables.Sessions), `/index/${SESSIONS_SWEEP_INDEX}`]] },
+      },
+    ]);
+    const actions = [...new Set(statements.flatMap((st) => asArray(st.Action)))];
+    expect(actions.filter((a) => !a.startsWith('dynamodb:') && !a.startsWith('logs:')).sort()).toEqual(['execute-api:ManageConnections']);
+    const env = envOf(sweeper());
+    expect(env.WEBSOCKET_CALLBACK_URL).toEqual(stageUrl('https'));
+    for (const absent of ['PROVIDER_KEYS_KMS_KEY_ID', 'ANTHROPIC_API_KEY_SECRET_ARN', 'TURN_QUEUE_URL', 'RUN_QUEUE_URL']) expect(env, absent).not.toHaveProperty(absent);
+  });
+
+  it('only the three /ws functions may manage connections, and only this API\'s', () => {
+    expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).connections).map((f) => f.id)).toEqual(['SessionTurn', 'SessionSweeper']);
+    const grants = iamStatements(resources)
+      .filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('execute-api:')))
+      .map(({ logicalId, statement }) => ({ roles: resources[logicalId]!.Properties?.Roles, statement }));
+    expect(grants).toHaveLength(3);
+    for (const { statement } of grants) expect(statement).toEqual(manageConnections());
+    expect(grants.map((g) => JSON.stringify(g.roles)).sort()).toEqual(
+      ['Sessions', 'SessionTurn', 'SessionSweeper'].map((id) => JSON.stringify([{ Ref: logicalIdOf(stack.functionOf(id).role) }])).sort(),
+    );
+  });
+
+  it('the Sessions table has the sparse sweep index (sweepShard, sweepAt), projection ALL, and its TTL', () => {
+    expect(SESSIONS_SWEEP_INDEX).toBe('sweep');
+    const table = resources[logicalIdOf(stack.data.tables.Sessions)]!;
+    expect(table.Properties?.GlobalSecondaryIndexes).toEqual([
+      {
+        IndexName: 'sweep',
+        KeySchema: [
+          { AttributeName: 'sweepShard', KeyType: 'HASH' },
+          { AttributeName: 'sweepAt', KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'ALL' },
+      },
+    ]);
+    expect(table.Properties?.AttributeDefinitions).toEqual(
+      expect.arrayContaining([
+        { AttributeName: 'pk', AttributeType: 'S' },
+        { AttributeName: 'sweepShard', AttributeType: 'S' },
+        { AttributeName: 'sweepAt', AttributeType: 'N' },
+      ]),
+    );
+    expect(table.Properties?.TimeToLiveSpecification).toEqual({ AttributeName: 'expiresAt', Enabled: true });
+  });
+
+  it('the scheduler may not deliver to the turn queue (nothing schedules turns)', () => {
+    const scheduled = JSON.stringify(roleStatements(resources, logicalIdOf(stack.scheduling.role)));
+    expect(scheduled).not.toContain(logicalIdOf(stack.queues.byName.turn.queue));
+  });
+
+  it('a function asking for connections without exactly one websocket function is refused at synth', () => {
+    const withoutApi = FUNCTIONS.filter((f) => f.id !== 'Sessions');
+    expect(() => new GatewayStack(testApp(), 'NoApi', { stage: 'dev', production: false, functions: withoutApi })).toThrow(
+      /SessionTurn, SessionSweeper ask for `connections`.*exactly one function with a websocket trigger; it has none/,
+    );
+    const second: FunctionSpec = { ...functionSpec('Sessions'), id: 'MoreSessions' };
+    expect(() => new GatewayStack(testApp(), 'TwoApis', { stage: 'dev', production: false, functions: [...FUNCTIONS, second] })).toThrow(
+      /it has 2 \(Sessions, MoreSessions\)/,
+    );
+    // Without a function asking for connections, no websocket function is needed.
+    const neither = FUNCTIONS.filter((f) => !['Sessions', 'SessionTurn', 'SessionSweeper'].includes(f.id));
+    expect(new GatewayStack(testApp(), 'NoWs', { stage: 'dev', production: false, functions: neither }).webSockets).toEqual({});
+  });
+});
+
 describe('conjure API', () => {
   it('GET /usage is proxied to the conjure function; the stage logs, throttles and validates', () => {
     template.hasResourceProperties('AWS::ApiGateway::Resource', { PathPart: 'usage' });
@@ -777,26 +1043,23 @@ describe('observability', () => {
     const alarmNames = ofType('AWS::CloudWatch::Alarm').map(([, a]) => a.Properties?.AlarmName);
     expect(alarmNames.sort()).toEqual(
       [
-        'ChannelingErrorRate',
-        'ChannelingThrottles',
         'ConjureApi5xxRate',
-        'ConjureApiErrorRate',
-        'ConjureApiThrottles',
         'GatewayErrorRate',
         'LedgerErrors',
-        'PromptErrorRate',
-        'PromptThrottles',
-        'VesselExecutorErrorRate',
-        'VesselExecutorThrottles',
-        'VesselReconcilerErrorRate',
-        'VesselReconcilerThrottles',
-        'WebhookSenderErrorRate',
-        'WebhookSenderThrottles',
-        'RunDeadLetterQueueDepth',
-        'WebhookDeadLetterQueueDepth',
+        // Each function of the manifest: failed invocations and throttles.
+        ...FUNCTIONS.flatMap(({ id }) => [`${id}ErrorRate`, `${id}Throttles`]),
+        // Each queue's dead-letter queue.
+        ...stack.queues.all.map((q) => `${q.label}DeadLetterQueueDepth`),
       ]
         .map((n) => `prompt-gateway-dev-${n}`)
         .sort(),
+    );
+    expect(alarmNames).toEqual(
+      expect.arrayContaining(
+        ['SessionsErrorRate', 'SessionTurnThrottles', 'SessionSweeperErrorRate', 'RunDeadLetterQueueDepth', 'WebhookDeadLetterQueueDepth', 'TurnDeadLetterQueueDepth'].map(
+          (n) => `prompt-gateway-dev-${n}`,
+        ),
+      ),
     );
     const alarm = (name: string) => ofType('AWS::CloudWatch::Alarm').find(([, a]) => a.Properties?.AlarmName === `prompt-gateway-dev-${name}`)![1].Properties!;
     expect(alarm('LedgerErrors')).toMatchObject({
@@ -811,7 +1074,7 @@ describe('observability', () => {
         },
       ],
     });
-    for (const queue of ['Run', 'Webhook']) {
+    for (const queue of ['Run', 'Webhook', 'Turn']) {
       expect(alarm(`${queue}DeadLetterQueueDepth`)).toMatchObject({
         Threshold: 0,
         ComparisonOperator: 'GreaterThanThreshold',
@@ -819,7 +1082,7 @@ describe('observability', () => {
       });
     }
     expect(JSON.stringify(alarm('ConjureApi5xxRate'))).toContain('5XXError');
-    for (const fnId of ['Channeling', 'Prompt', 'VesselExecutor', 'VesselReconciler', 'WebhookSender']) {
+    for (const { id: fnId } of FUNCTIONS) {
       const errorRate = JSON.stringify(alarm(`${fnId}ErrorRate`));
       expect(errorRate).toMatch(/"MetricName":"Errors".*"MetricName":"Invocations"|"MetricName":"Invocations".*"MetricName":"Errors"/);
       expect(errorRate).toContain(JSON.stringify({ Ref: logicalIdOf(stack.functionOf(fnId).fn) }));
@@ -843,9 +1106,16 @@ describe('outputs', () => {
   it('exports the names the operator CLI reads', () => {
     const outputs = Object.keys(template.toJSON().Outputs);
     expect(outputs).toEqual(expect.arrayContaining(OUTPUTS));
-    // One <Id>Url per function URL and the REST API's, and the webhook queues' URLs, nothing else; each function URL
-    // output is its own URL's.
-    expect(outputs.filter((o) => o.endsWith('Url')).sort()).toEqual(['ChannelingUrl', 'ConjureUrl', 'PromptUrl', 'WebhookDeadLetterQueueUrl', 'WebhookQueueUrl']);
+    // One <Id>Url per function URL, the REST API's, the WebSocket API's, and the webhook queues' URLs, nothing else;
+    // each function URL output is its own URL's.
+    expect(outputs.filter((o) => o.endsWith('Url')).sort()).toEqual([
+      'ChannelingUrl',
+      'ConjureUrl',
+      'PromptUrl',
+      'SessionsWebSocketUrl',
+      'WebhookDeadLetterQueueUrl',
+      'WebhookQueueUrl',
+    ]);
     template.hasOutput('WebhookQueueUrl', { Value: { Ref: logicalIdOf(stack.queues.byName.webhook.queue) } });
     template.hasOutput('WebhookDeadLetterQueueUrl', { Value: { Ref: logicalIdOf(stack.queues.byName.webhook.deadLetterQueue) } });
     template.hasOutput('WebhookSenderFunctionName', { Value: { Ref: logicalIdOf(stack.functionOf('WebhookSender').fn) } });
@@ -910,9 +1180,10 @@ describe('a new function is one manifest entry', () => {
     const probe = new GatewayStack(probeApp, 'Triggers', {
       stage: 'dev',
       production: false,
-      // The probe consumer stands in for the manifest's webhook sender: one consumer per queue, as deployed.
+      // The probe consumer stands in for the manifest's webhook sender (one consumer per queue, as deployed), the probe
+      // Sessions for the manifest's (one WebSocket API; the turn worker and the sweeper post to its connections).
       functions: [
-        ...FUNCTIONS.filter((f) => f.id !== 'WebhookSender'),
+        ...FUNCTIONS.filter((f) => f.id !== 'WebhookSender' && f.id !== 'Sessions'),
         {
           ...base,
           id: 'WebhookProbe',

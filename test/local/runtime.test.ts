@@ -218,15 +218,21 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
     }
   }
 
-  it('startLocalQueues declares the run and webhook queues', async () => {
-    expect(Object.keys(queues.urls).sort()).toEqual(['RUN_QUEUE_URL', 'WEBHOOK_QUEUE_URL']);
+  it('startLocalQueues declares the run, webhook and turn queues', async () => {
+    expect(Object.keys(queues.urls).sort()).toEqual(['RUN_QUEUE_URL', 'TURN_QUEUE_URL', 'WEBHOOK_QUEUE_URL']);
     expect(queues.urls.RUN_QUEUE_URL).toMatch(/rt-run$/);
     expect(queues.urls.WEBHOOK_QUEUE_URL).toMatch(/rt-webhook$/);
+    expect(queues.urls.TURN_QUEUE_URL).toMatch(/rt-turn$/);
     // Each queue's dead-letter queue, under the variable a function allowed to send there reads.
-    expect(Object.keys(queues.deadLetterUrls).sort()).toEqual(['RUN_DEAD_LETTER_QUEUE_URL', 'WEBHOOK_DEAD_LETTER_QUEUE_URL']);
+    expect(Object.keys(queues.deadLetterUrls).sort()).toEqual(['RUN_DEAD_LETTER_QUEUE_URL', 'TURN_DEAD_LETTER_QUEUE_URL', 'WEBHOOK_DEAD_LETTER_QUEUE_URL']);
     expect(queues.deadLetterUrls.RUN_DEAD_LETTER_QUEUE_URL).toMatch(/rt-run-dlq$/);
     expect(queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL).toMatch(/rt-webhook-dlq$/);
-    expect(queues.arns).toEqual({ run: 'arn:aws:sqs:us-east-1:000000000000:rt-run', webhook: 'arn:aws:sqs:us-east-1:000000000000:rt-webhook' });
+    expect(queues.deadLetterUrls.TURN_DEAD_LETTER_QUEUE_URL).toMatch(/rt-turn-dlq$/);
+    expect(queues.arns).toEqual({
+      run: 'arn:aws:sqs:us-east-1:000000000000:rt-run',
+      webhook: 'arn:aws:sqs:us-east-1:000000000000:rt-webhook',
+      turn: 'arn:aws:sqs:us-east-1:000000000000:rt-turn',
+    });
     // visibility as in the stack: 6 × the queue's consumer timeout (QUEUES); the redrive to that very dead-letter queue
     for (const spec of QUEUES) {
       const out = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.urls[spec.envVar], AttributeNames: ['VisibilityTimeout', 'RedrivePolicy'] }));
@@ -413,7 +419,7 @@ describe('startGateway serves an sqs function of the manifest', () => {
         ...FUNCTIONS.filter((f) => f.id !== 'WebhookSender').map((f) => `${f.id}:${f.trigger.kind}`),
         'RecordingConsumer:sqs',
       ]);
-      expect(gw.functions.filter((f) => f.kind === 'sqs').map((f) => f.id)).toEqual(['VesselExecutor', 'RecordingConsumer']);
+      expect(gw.functions.filter((f) => f.kind === 'sqs').map((f) => f.id)).toEqual(['VesselExecutor', 'SessionTurn', 'RecordingConsumer']);
       expect((await fetch(`${gw.url}/health`)).status).toBe(200);
       // The handlers' environment names the queues, so the sender reaches the local fauxqs.
       const sender = sqsQueueSender();

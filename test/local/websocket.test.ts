@@ -83,8 +83,9 @@ describe('startGateway serves a websocket function at /ws', () => {
       dynamoEndpoint: inject('dynamoEndpoint'),
       tablePrefix: 'wsfn',
       simulateUpstreams: true,
+      // The manifest's own websocket function (Sessions) makes way: the local server has one /ws.
       functions: [
-        ...FUNCTIONS,
+        ...FUNCTIONS.filter((f) => f.trigger.kind !== 'websocket'),
         {
           id: 'WebSocketEcho',
           entry: 'test/local/fixtures/websocket-echo.ts',

@@ -1,0 +1,66 @@
+import type { ConnectionSender } from '../http/websocket.ts';
+import { logger } from '../observability/logger.ts';
+import { encodeFrame, type ServerFrame } from './frames.ts';
+
+/** Text deltas joined into one frame stay below this, well inside API Gateway's 128 KiB per message. */
+const MAX_COALESCED_TEXT = 32 * 1024;
+
+/**
+ * The frames of one turn to its connection, in order, one PostToConnection at a time. While one is being posted, the
+ * model's text deltas that arrive meanwhile are joined into the next frame — a slow connection gets fewer, larger
+ * `assistant` frames rather than a growing backlog. When the connection is gone (410), `onGone` is told once and
+ * the rest is dropped: nobody is there to read it.
+ */
+export class FrameOutbox {
+  private readonly queue: ServerFrame[] = [];
+  private sending: Promise<void> | undefined;
+  private goneSeen = false;
+
+  constructor(
+    private readonly sender: ConnectionSender,
+    private connectionId: string,
+    private readonly onGone: () => void = () => {},
+  ) {}
+
+  get gone(): boolean {
+    return this.goneSeen;
+  }
+
+  send(frame: ServerFrame): void {
+    if (this.goneSeen) return;
+    const last = this.queue.at(-1);
+    if (frame.type === 'assistant' && last?.type === 'assistant' && last.text.length + frame.text.length <= MAX_COALESCED_TEXT) {
+      this.queue[this.queue.length - 1] = { ...last, text: last.text + frame.text };
+    } else {
+      this.queue.push(frame);
+    }
+    this.sending ??= this.drain();
+  }
+
+  /** Resolves once every frame given so far has been posted (or dropped because the connection is gone). */
+  async flush(): Promise<void> {
+    while (this.sending) await this.sending;
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      for (let frame = this.queue.shift(); frame && !this.goneSeen; frame = this.queue.shift()) {
+        let delivered: boolean;
+        try {
+          delivered = await this.sender.send(this.connectionId, encodeFrame(frame));
+        } catch (err) {
+          // A frame the management API would not take (throttled, failed) is lost, not the turn.
+          logger.warn('a /ws frame could not be posted', { connectionId: this.connectionId, frameType: frame.type, error: err as Error });
+          continue;
+        }
+        if (!delivered) {
+          this.goneSeen = true;
+          this.queue.length = 0;
+          this.onGone();
+        }
+      }
+    } finally {
+      this.sending = undefined;
+    }
+  }
+}

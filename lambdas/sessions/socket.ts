@@ -1,0 +1,249 @@
+import { randomUUID } from 'node:crypto';
+import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import { z } from 'zod';
+import { checkedRunOptions } from '../agent/admitted-run.ts';
+import { SessionOptions } from '../agent/options.ts';
+import { authenticate } from '../auth/authenticate.ts';
+import type { Caller } from '../auth/claims.ts';
+import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
+import { logger } from '../observability/logger.ts';
+import { describeIssue } from '../proxy/schema.ts';
+import { sqsQueueSender, type QueueSender } from '../queues/sender.ts';
+import { conjureRefusalParts } from '../refusals/conjure.ts';
+import { Refused } from '../refusals/refusal.ts';
+import { encodeFrame, errorFrame, parseClientFrame, type ClientFrame, type ServerFrame } from './frames.ts';
+import { missingResults, pausedRunOf, SessionTooLarge, type ConnectionRecord, type SessionRecord } from './record.ts';
+import { visibleState } from './states.ts';
+import { bindConnection, createSession, deleteConnection, getSession, moveTurn, putConnection, queueResume, queueTurn, recordClientResult, replaceOptions, requestStop, touchConnection } from './store.ts';
+import { endPausedTurn } from './turn.ts';
+
+/**
+ * The /ws function (docs/ws.md): API Gateway's $connect, $default and $disconnect, already translated
+ * (http/websocket.ts). A frame is answered within the integration's 29 seconds: whatever takes longer — a turn — is
+ * put on the turn queue for the worker (sessions/turn.ts). Replies go back through the management API, as the
+ * worker's do, so the client sees one stream of frames.
+ */
+
+export interface SocketDeps {
+  sender: (callbackUrl: string) => ConnectionSender;
+  queue: QueueSender;
+}
+
+const defaultDeps = (): SocketDeps => ({ sender: apiGatewayConnectionSender, queue: sqsQueueSender() });
+
+export async function handleSocketEvent(event: WebSocketEvent, deps: SocketDeps = defaultDeps()): Promise<APIGatewayProxyStructuredResultV2> {
+  switch (event.kind) {
+    case 'connect':
+      return connect(event);
+    case 'disconnect':
+      await disconnect(event.connectionId);
+      return webSocketResult();
+    case 'message':
+      await message(event, deps);
+      return webSocketResult();
+  }
+}
+
+/** The token (header, or `?token=` for browsers), checked before anything is stored: a bad one refuses the upgrade. */
+async function connect(event: Extract<WebSocketEvent, { kind: 'connect' }>): Promise<APIGatewayProxyStructuredResultV2> {
+  const header = event.headers.get('authorization');
+  const bearer = header?.match(/^Bearer\s+(.+)$/i)?.[1]?.trim();
+  const token = bearer ?? event.query.get('token') ?? undefined;
+  let caller: Caller;
+  try {
+    caller = await authenticate(token, { missingHint: ': send it as "Authorization: Bearer <token>" or ?token=' });
+  } catch (err) {
+    if (!(err instanceof Refused)) throw err;
+    const { status, body } = conjureRefusalParts(err.refusal);
+    return webSocketResult(status, JSON.stringify(body));
+  }
+  await putConnection(event.connectionId, caller);
+  return webSocketResult();
+}
+
+/** The client left: its connection is forgotten and a turn running for it stops (resumable later by sessionId). */
+async function disconnect(connectionId: string): Promise<void> {
+  const gone = await deleteConnection(connectionId);
+  if (!gone?.sessionId) return;
+  const session = await getSession(gone.sessionId);
+  if (session?.turn && (session.state === 'queued' || session.state === 'running')) {
+    await requestStop(session.sessionId, session.turn.id, 'disconnected', { connectionId });
+  }
+}
+
+interface FrameContext {
+  connectionId: string;
+  callbackUrl: string;
+  connection: ConnectionRecord;
+  reply: (frame: ServerFrame) => Promise<void>;
+  deps: SocketDeps;
+}
+
+async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps: SocketDeps): Promise<void> {
+  const sender = deps.sender(event.callbackUrl);
+  const reply = async (frame: ServerFrame) => {
+    await sender.send(event.connectionId, encodeFrame(frame));
+  };
+  const touched = await touchConnection(event.connectionId);
+  if (touched.kind === 'unknown') {
+    // A connection this function never accepted (or already forgot): nothing can be done for it.
+    await reply(errorFrame('no_session', 'This connection is not known to the gateway: connect again'));
+    await sender.close(event.connectionId);
+    return;
+  }
+  if (touched.kind === 'rate_limited') {
+    await reply(errorFrame('rate_limited', 'Too many frames: this frame was dropped (docs/ws.md, "Limits")'));
+    return;
+  }
+  const { connection } = touched;
+  if (connection.caller.expiresAt * 1000 <= Date.now()) {
+    await reply(errorFrame('token_expired', 'The token this connection was opened with has expired: connect again with a fresh one'));
+    await sender.close(event.connectionId);
+    return;
+  }
+  const parsed = parseClientFrame(event.data);
+  if (!parsed.ok) {
+    await reply(errorFrame('invalid_frame', parsed.message));
+    return;
+  }
+  const ctx: FrameContext = { connectionId: event.connectionId, callbackUrl: event.callbackUrl, connection, reply, deps };
+  try {
+    await handleFrame(parsed.frame, ctx);
+  } catch (err) {
+    if (err instanceof SessionTooLarge) return reply(errorFrame('session_too_large', err.message));
+    if (err instanceof Refused) {
+      const { body } = conjureRefusalParts(err.refusal);
+      return reply({ type: 'error', error: String(body.error), ...body });
+    }
+    logger.error('a /ws frame failed', { error: err as Error, connectionId: event.connectionId, frameType: parsed.frame.type });
+    await reply(errorFrame('internal_error', 'The gateway failed to handle this frame'));
+  }
+}
+
+async function handleFrame(frame: ClientFrame, ctx: FrameContext): Promise<void> {
+  if (frame.type === 'session.start') return startSession(frame, ctx);
+  const session = ctx.connection.sessionId ? await ownSession(ctx.connection.sessionId, ctx.connection.caller) : undefined;
+  if (!session) return ctx.reply(errorFrame('no_session', 'Send "session.start" first (and wait for its "session" frame)'));
+  switch (frame.type) {
+    case 'user':
+      return startTurn(session, frame.message, ctx);
+    case 'tool_result':
+      return toolResult(session, frame, ctx);
+    case 'interrupt':
+      return interrupt(session, ctx);
+  }
+}
+
+/** The caller's own session, or none: another user's session does not exist for them. */
+async function ownSession(sessionId: string, caller: Caller): Promise<SessionRecord | undefined> {
+  const session = await getSession(sessionId);
+  return session && session.projectId === caller.projectId && session.userId === caller.userId ? session : undefined;
+}
+
+/** Parsed under `options`, as /prompt's body is, so the issue's path (and so the message) is /prompt's exactly. */
+const OptionsField = z.object({ options: SessionOptions });
+
+function checkedOptions(given: unknown): SessionRecord['options'] {
+  const parsed = OptionsField.safeParse({ options: given ?? {} });
+  if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
+  return checkedRunOptions(parsed.data.options);
+}
+
+async function startSession(frame: Extract<ClientFrame, { type: 'session.start' }>, ctx: FrameContext): Promise<void> {
+  const { caller } = ctx.connection;
+  const current = ctx.connection.sessionId ? await getSession(ctx.connection.sessionId) : undefined;
+  if (current && current.sessionId !== frame.sessionId && current.turn?.connectionId === ctx.connectionId && (current.state === 'queued' || current.state === 'running')) {
+    return ctx.reply(errorFrame('turn_in_progress', 'A turn of this connection\'s session is running: interrupt it or wait for its result before starting another session'));
+  }
+  if (!frame.sessionId) {
+    const options = checkedOptions(frame.options);
+    const sessionId = randomUUID();
+    await createSession({ sessionId, projectId: caller.projectId, userId: caller.userId, options, createdAt: Date.now() });
+    await bindConnection(ctx.connectionId, sessionId);
+    return ctx.reply({ type: 'session', sessionId, resumed: false, state: 'idle', messages: 0 });
+  }
+
+  const session = await ownSession(frame.sessionId, caller);
+  if (!session) return ctx.reply(errorFrame('session_not_found', `No session ${frame.sessionId} of this user`));
+  if (frame.options !== undefined) await replaceOptions(session.sessionId, checkedOptions(frame.options));
+  await bindConnection(ctx.connectionId, session.sessionId);
+  // A turn in progress continues on this connection: its frames, and the client tools it still waits for, come here.
+  let turn = session.turn;
+  if (turn && turn.connectionId !== ctx.connectionId) {
+    const moved = await moveTurn(session.sessionId, turn.id, ctx.connectionId, ctx.callbackUrl);
+    turn = moved.ok ? moved.session.turn : undefined;
+  }
+  const state = visibleState(session.state);
+  await ctx.reply({ type: 'session', sessionId: session.sessionId, resumed: true, state, messages: session.conversation.length });
+  if (session.state === 'awaiting_tools' && turn) {
+    const calls = missingResults(turn);
+    for (const call of calls) await ctx.reply({ type: 'tool_use', subtype: 'client', id: call.id, name: call.name, input: call.input });
+  }
+}
+
+async function startTurn(session: SessionRecord, message: string, ctx: FrameContext): Promise<void> {
+  const turnId = randomUUID();
+  const queued = await queueTurn(session.sessionId, {
+    id: turnId,
+    connectionId: ctx.connectionId,
+    callbackUrl: ctx.callbackUrl,
+    caller: ctx.connection.caller,
+    message,
+    queuedAt: Date.now(),
+  });
+  if (!queued.ok) return ctx.reply(busy(queued.seen));
+  await handOff(session.sessionId, turnId, ctx);
+}
+
+/** The turn goes to the worker. A message that cannot be sent leaves the turn to the sweeper (`turn_lost`). */
+async function handOff(sessionId: string, turnId: string, ctx: FrameContext): Promise<void> {
+  await ctx.deps.queue.send('turn', { sessionId, turnId });
+}
+
+/** Why a turn cannot start now. */
+function busy(seen: SessionRecord | undefined): ServerFrame {
+  if (!seen) return errorFrame('session_not_found', 'The session no longer exists (sessions expire after SESSION_RETENTION_SECONDS without use)');
+  if (seen.state === 'awaiting_tools' && seen.turn) {
+    const pending = missingResults(seen.turn).map((c) => c.id);
+    return errorFrame('awaiting_tool_results', `The turn waits for the results of ${pending.length} client tool call(s): send a "tool_result" for each, or "interrupt"`, { pending });
+  }
+  return errorFrame('turn_in_progress', 'A turn is running: wait for its "result" or send "interrupt"');
+}
+
+async function toolResult(session: SessionRecord, frame: Extract<ClientFrame, { type: 'tool_result' }>, ctx: FrameContext): Promise<void> {
+  const turn = session.turn;
+  const pending = turn && session.state === 'awaiting_tools' ? missingResults(turn).map((c) => c.id) : [];
+  if (!turn || !pending.includes(frame.tool_use_id)) {
+    const why = pending.length ? `the turn waits for ${pending.map((id) => `"${id}"`).join(', ')}` : 'no tool call is waiting for a result';
+    return ctx.reply(errorFrame('unknown_tool_use_id', `No pending tool call "${frame.tool_use_id}": ${why}`, { pending }));
+  }
+  const recorded = await recordClientResult(session.sessionId, turn.id, frame.tool_use_id, { content: frame.content, ...(frame.is_error ? { is_error: true } : {}) });
+  if (!recorded.ok) {
+    const now = recorded.seen?.turn && recorded.seen.state === 'awaiting_tools' ? missingResults(recorded.seen.turn).map((c) => c.id) : [];
+    return ctx.reply(errorFrame('unknown_tool_use_id', `No pending tool call "${frame.tool_use_id}" (answered already, or the turn moved on)`, { pending: now }));
+  }
+  const after = recorded.session.turn!;
+  if (missingResults(after).length > 0) return;
+  // The last result: exactly one frame's write sees the set complete and moves the turn on.
+  const resumed = await queueResume(session.sessionId, after.id);
+  if (resumed.ok) await handOff(session.sessionId, after.id, ctx);
+}
+
+async function interrupt(session: SessionRecord, ctx: FrameContext): Promise<void> {
+  const turn = session.turn;
+  if (!turn || session.state === 'idle') return ctx.reply(errorFrame('no_turn_running', 'No turn is running: there is nothing to interrupt'));
+  if (session.state === 'awaiting_tools') {
+    // No worker holds a paused turn: it ends here, with the results the client gave so far.
+    const paused = pausedRunOf(turn);
+    if (paused) {
+      const ended = await endPausedTurn(session, turn, paused);
+      if (ended) return ctx.reply(ended);
+    }
+    return ctx.reply(errorFrame('no_turn_running', 'The turn ended before the interrupt arrived'));
+  }
+  const asked = await requestStop(session.sessionId, turn.id, 'interrupted');
+  if (!asked.ok) {
+    if (asked.seen?.state === 'awaiting_tools') return interrupt(asked.seen, ctx);
+    return ctx.reply(errorFrame('no_turn_running', 'The turn ended before the interrupt arrived'));
+  }
+}

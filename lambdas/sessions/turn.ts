@@ -1,0 +1,156 @@
+import type Anthropic from '@anthropic-ai/sdk';
+import { z } from 'zod';
+import { MAX_RUN_SECONDS, runAdmittedSegment } from '../agent/admitted-run.ts';
+import { INTERRUPTED, runResult, type RunState } from '../agent/run.ts';
+import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
+import { logger } from '../observability/logger.ts';
+import { admitRun } from '../plans/admission.ts';
+import { MalformedMessageError } from '../queues/consumer.ts';
+import { wakeParkedVessels } from '../vessels/park.ts';
+import { errorFrame, refusalFrame, type ServerFrame } from './frames.ts';
+import { FrameOutbox } from './outbox.ts';
+import { pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
+import { claimTurn, endTurn, pauseTurn } from './store.ts';
+import { CLIENT_GONE, watchTurn } from './watch.ts';
+
+/**
+ * The turn worker (docs/ws.md, "How a turn runs"): one message of the turn queue is one segment of a turn — from the
+ * user's message, or from the results of the client tools it paused for — run by the agent runtime under its own
+ * admission (plan, concurrency lease, the user's budget), exactly as a /prompt run. Its frames stream to the
+ * connection through the management API. The session item is the source of truth: the message only names the turn,
+ * and a worker that cannot claim it (repeated, late, or already taken) does nothing.
+ */
+
+export const TurnMessage = z.object({ sessionId: z.string().min(1), turnId: z.string().min(1) });
+export type TurnMessage = z.infer<typeof TurnMessage>;
+
+export interface TurnDeps {
+  sender: (callbackUrl: string) => ConnectionSender;
+}
+
+const defaultDeps = (): TurnDeps => ({ sender: apiGatewayConnectionSender });
+
+/** A run that has not started: nothing spent, nothing said. */
+const FRESH: Omit<RunState, 'conversation'> = { spentMicros: 0, usage: { input_tokens: 0, output_tokens: 0 }, turns: 0, corrections: 0, lastText: '', activeMs: 0 };
+
+export async function processTurnMessage(body: unknown, deps: TurnDeps = defaultDeps()): Promise<void> {
+  const parsed = TurnMessage.safeParse(body);
+  if (!parsed.success) throw new MalformedMessageError(`A turn message names a sessionId and a turnId: ${parsed.error.message}`);
+  const { sessionId, turnId } = parsed.data;
+  const claimed = await claimTurn(sessionId, turnId);
+  if (!claimed.ok) {
+    logger.info('turn message ignored: the turn is not queued', { sessionId, turnId, state: claimed.seen?.state, turn: claimed.seen?.turn?.id });
+    return;
+  }
+  const session = claimed.session;
+  const turn = session.turn!;
+  const abort = new AbortController();
+  const outbox = new FrameOutbox(deps.sender(turn.callbackUrl), turn.connectionId, () => abort.abort(CLIENT_GONE));
+  try {
+    await runSegment(session, turn, abort, outbox);
+  } catch (err) {
+    logger.error('a /ws turn failed', { error: err as Error, sessionId, turnId });
+    // The turn is given up with the conversation as it was before it: the session stays usable.
+    await endTurn(sessionId, turnId, undefined, { from: ['running'] }).catch(() => undefined);
+    outbox.send(errorFrame('internal_error', 'The gateway failed during the turn; the conversation is as it was before it'));
+  } finally {
+    await outbox.flush();
+  }
+}
+
+async function runSegment(session: SessionRecord, turn: TurnRecord, abort: AbortController, outbox: FrameOutbox): Promise<void> {
+  const { sessionId } = session;
+  const paused = pausedRunOf(turn);
+  // A resumed turn continues from its pause with every call's result; a new one starts from the user's message.
+  const resume = paused ? { resume: { ...paused.run, conversation: session.conversation }, toolResults: resumeResults(paused, turn.clientResults) } : undefined;
+  // The conversation should the segment not run: a resumed turn keeps its calls' results, a new one drops its message.
+  const unrun = resume ? [...resume.resume.conversation, { role: 'user', content: resume.toolResults } as Anthropic.MessageParam] : undefined;
+
+  if (turn.stop) {
+    // Interrupted (or left) before a worker got to it.
+    const state: RunState = { ...(paused?.run ?? FRESH), conversation: unrun ?? session.conversation };
+    return end(session, turn, state, outbox, turn.stop === 'interrupted' ? interruptedResult(state, session) : undefined);
+  }
+
+  const started = Date.now();
+  const admission = await admitRun(turn.caller, { sessionId, kind: 'ws', maxSeconds: MAX_RUN_SECONDS }, new Date(started));
+  if (!admission.ok) {
+    await endTurn(sessionId, turn.id, unrun);
+    outbox.send(refusalFrame(admission.refusal));
+    return;
+  }
+
+  const watch = watchTurn(sessionId, turn.id, abort);
+  let outcome;
+  try {
+    outcome = await runAdmittedSegment({
+      caller: turn.caller,
+      admission,
+      message: resume ?? turn.message ?? '',
+      history: session.conversation,
+      options: session.options,
+      started,
+      signal: abort.signal,
+      onEvent: (event) => outbox.send(event),
+      // The slot this turn held may be what a parked vessel of the developer is waiting for.
+      onReleased: (developerId) => wakeParkedVessels(developerId),
+    });
+  } finally {
+    watch.stop();
+  }
+  if (watch.lost()) return;
+
+  if (outcome.kind === 'ended') {
+    const result: ServerFrame | undefined = abort.signal.reason === CLIENT_GONE ? undefined : { ...outcome.result, sessionId };
+    return end(session, turn, outcome.state, outbox, result);
+  }
+
+  const pausedNow: PausedRun = {
+    run: { spentMicros: outcome.state.spentMicros, usage: outcome.state.usage, turns: outcome.state.turns, corrections: outcome.state.corrections, lastText: outcome.state.lastText, activeMs: outcome.state.activeMs },
+    calls: outcome.calls.map((c) => ({ id: c.id, name: c.name, input: c.input, client: c.client })),
+    serverResults: outcome.results,
+  };
+  const saved = await pauseTurn(sessionId, turn.id, outcome.state.conversation, pausedNow);
+  if (!saved.ok) {
+    logger.warn('a paused /ws turn could not be saved: it moved on', { sessionId, turnId: turn.id, state: saved.seen?.state });
+    return;
+  }
+  const savedTurn = saved.session.turn!;
+  // An interrupt that arrived while the segment ended: the paused turn ends here instead.
+  if (savedTurn.stop === 'interrupted') {
+    const ended = await endPausedTurn(saved.session, savedTurn, pausedNow);
+    if (ended) outbox.send(ended);
+    return;
+  }
+  // Saved first, then told: a result the client sends at once finds the turn waiting for it.
+  for (const call of pausedNow.calls) if (call.client) outbox.send({ type: 'tool_use', subtype: 'client', id: call.id, name: call.name, input: call.input });
+}
+
+/** Writes the turn's end, then sends its result: a `user` frame sent on receipt finds the session idle. */
+async function end(session: SessionRecord, turn: TurnRecord, state: RunState, outbox: FrameOutbox, result: ServerFrame | undefined): Promise<void> {
+  try {
+    const ended = await endTurn(session.sessionId, turn.id, state.conversation, { from: ['queued', 'running'] });
+    if (!ended.ok) logger.warn('a /ws turn end could not be written: it moved on', { sessionId: session.sessionId, turnId: turn.id, state: ended.seen?.state });
+  } catch (err) {
+    if (!(err instanceof SessionTooLarge)) throw err;
+    // The turn happened (and was charged), but its conversation cannot be kept: the session stays as before it.
+    await endTurn(session.sessionId, turn.id, undefined, { from: ['queued', 'running'] });
+    outbox.send(errorFrame('session_too_large', err.message));
+  }
+  if (result) outbox.send(result);
+}
+
+function interruptedResult(state: RunState, session: SessionRecord): ServerFrame {
+  return { ...runResult(state, { subtype: 'interrupted', model: session.options.model, error: INTERRUPTED }), sessionId: session.sessionId };
+}
+
+/**
+ * Ends a turn paused for client tools that its user interrupted: the calls the client has not answered are answered
+ * as interrupted, so the conversation goes on from there. Answers the `result` frame, or undefined when the turn had
+ * already moved on (resumed by its last result meanwhile).
+ */
+export async function endPausedTurn(session: SessionRecord, turn: TurnRecord, paused: PausedRun): Promise<ServerFrame | undefined> {
+  const state: RunState = { ...paused.run, conversation: [...session.conversation, { role: 'user', content: resumeResults(paused, turn.clientResults) }] };
+  const ended = await endTurn(session.sessionId, turn.id, state.conversation, { from: ['awaiting_tools'] });
+  return ended.ok ? interruptedResult(state, session) : undefined;
+}
