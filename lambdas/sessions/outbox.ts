@@ -17,13 +17,29 @@ export class FrameOutbox {
   private goneSeen = false;
 
   constructor(
-    private readonly sender: ConnectionSender,
+    private sender: ConnectionSender,
     private connectionId: string,
     private readonly onGone: () => void = () => {},
+    /**
+     * Asked on a 410 where the turn's frames go now: a client that reconnected and resumed the session moved them
+     * (sessions/store.ts moveTurn) before its old connection's $disconnect. A new target gets the frame again.
+     */
+    private readonly relocate?: (from: string) => Promise<{ connectionId: string; sender: ConnectionSender } | undefined>,
   ) {}
 
   get gone(): boolean {
     return this.goneSeen;
+  }
+
+  /** The connection the frames go to. */
+  get target(): string {
+    return this.connectionId;
+  }
+
+  /** Sends the frames not yet posted to another connection (the session was resumed there). */
+  retarget(sender: ConnectionSender, connectionId: string): void {
+    this.sender = sender;
+    this.connectionId = connectionId;
   }
 
   send(frame: ServerFrame): void {
@@ -54,6 +70,12 @@ export class FrameOutbox {
           continue;
         }
         if (!delivered) {
+          const moved = this.relocate ? await this.relocate(this.connectionId).catch(() => undefined) : undefined;
+          if (moved && moved.connectionId !== this.connectionId) {
+            this.retarget(moved.sender, moved.connectionId);
+            this.queue.unshift(frame);
+            continue;
+          }
           this.goneSeen = true;
           this.queue.length = 0;
           this.onGone();

@@ -238,6 +238,9 @@ async function interrupt(session: SessionRecord, ctx: FrameContext): Promise<voi
     if (paused) {
       const ended = await endPausedTurn(session, turn, paused);
       if (ended) return ctx.reply(ended);
+      // The session changed meanwhile (a result recorded, or the turn resumed by its last): stop it where it is now.
+      const now = await getSession(session.sessionId);
+      if (now?.turn?.id === turn.id) return interrupt(now, ctx);
     }
     return ctx.reply(errorFrame('no_turn_running', 'The turn ended before the interrupt arrived'));
   }

@@ -139,20 +139,24 @@ export async function heartbeatTurn(sessionId: string, turnId: string, now = Dat
   return result.ok;
 }
 
-/** What a running turn's watch reads every poll: whether it still owns the turn, and whether it is asked to stop. */
-export async function turnSignals(sessionId: string, turnId: string): Promise<{ owned: boolean; stop?: StopRequest }> {
+/**
+ * What a running turn's watch reads every poll: whether it still owns the turn, whether it is asked to stop, and the
+ * connection its frames go to now (a resume on another connection moves it: moveTurn).
+ */
+export async function turnSignals(sessionId: string, turnId: string): Promise<{ owned: boolean; stop?: StopRequest; connection?: { connectionId: string; callbackUrl: string } }> {
   const out = await documentClient().send(
     new GetCommand({
       TableName: table(),
       Key: sessionKey(sessionId),
       ConsistentRead: true,
-      ProjectionExpression: '#state, turn.id, turn.#stop',
+      ProjectionExpression: '#state, turn.id, turn.#stop, turn.connectionId, turn.callbackUrl',
       ExpressionAttributeNames: { '#state': 'state', '#stop': 'stop' },
     }),
   );
-  const item = out.Item as { state?: string; turn?: { id?: string; stop?: StopRequest } } | undefined;
+  const item = out.Item as { state?: string; turn?: { id?: string; stop?: StopRequest; connectionId?: string; callbackUrl?: string } } | undefined;
   const owned = item?.state === 'running' && item.turn?.id === turnId;
-  return { owned, ...(item?.turn?.stop ? { stop: item.turn.stop } : {}) };
+  const connection = owned && item.turn?.connectionId && item.turn.callbackUrl ? { connectionId: item.turn.connectionId, callbackUrl: item.turn.callbackUrl } : undefined;
+  return { owned, ...(item?.turn?.stop ? { stop: item.turn.stop } : {}), ...(connection ? { connection } : {}) };
 }
 
 /**
@@ -163,7 +167,7 @@ export async function endTurn(
   sessionId: string,
   turnId: string,
   conversation: Anthropic.MessageParam[] | undefined,
-  opts: { from?: readonly ('queued' | 'running' | 'awaiting_tools')[]; now?: number } = {},
+  opts: { from?: readonly ('queued' | 'running' | 'awaiting_tools')[]; now?: number; version?: number } = {},
 ): Promise<Moved> {
   const now = opts.now ?? Date.now();
   const from = opts.from ?? ['running'];
@@ -174,9 +178,16 @@ export async function endTurn(
       TableName: table(),
       Key: sessionKey(sessionId),
       UpdateExpression: `SET #state = :idle, ${conversation ? 'conversation = :conversation, messages = :messages, ' : ''}${t.set} REMOVE turn, sweepShard, sweepAt`,
-      ConditionExpression: `#state IN (${from.map((_, i) => `:from${i}`).join(', ')}) AND turn.id = :turn`,
+      ConditionExpression: `#state IN (${from.map((_, i) => `:from${i}`).join(', ')}) AND turn.id = :turn${opts.version === undefined ? '' : ' AND version = :read'}`,
       ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: { ':idle': 'idle', ':turn': turnId, ...Object.fromEntries(from.map((s, i) => [`:from${i}`, s])), ...stored, ...t.values },
+      ExpressionAttributeValues: {
+        ':idle': 'idle',
+        ':turn': turnId,
+        ...Object.fromEntries(from.map((s, i) => [`:from${i}`, s])),
+        ...stored,
+        ...(opts.version === undefined ? {} : { ':read': opts.version }),
+        ...t.values,
+      },
       ReturnValues: 'ALL_NEW',
     }),
   );

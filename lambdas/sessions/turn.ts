@@ -10,7 +10,7 @@ import { wakeParkedVessels } from '../vessels/park.ts';
 import { errorFrame, refusalFrame, type ServerFrame } from './frames.ts';
 import { FrameOutbox } from './outbox.ts';
 import { pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
-import { claimTurn, endTurn, pauseTurn } from './store.ts';
+import { claimTurn, endTurn, getSession, pauseTurn } from './store.ts';
 import { CLIENT_GONE, watchTurn } from './watch.ts';
 
 /**
@@ -45,9 +45,17 @@ export async function processTurnMessage(body: unknown, deps: TurnDeps = default
   const session = claimed.session;
   const turn = session.turn!;
   const abort = new AbortController();
-  const outbox = new FrameOutbox(deps.sender(turn.callbackUrl), turn.connectionId, () => abort.abort(CLIENT_GONE));
+  // Frames follow the session to the connection it was resumed on (moveTurn): seen by the watch, or on a 410.
+  const follow = (connectionId: string, callbackUrl: string) => {
+    if (connectionId !== outbox.target) outbox.retarget(deps.sender(callbackUrl), connectionId);
+  };
+  const relocate = async (from: string) => {
+    const now = (await getSession(sessionId))?.turn;
+    return now?.id === turnId && now.connectionId !== from ? { connectionId: now.connectionId, sender: deps.sender(now.callbackUrl) } : undefined;
+  };
+  const outbox = new FrameOutbox(deps.sender(turn.callbackUrl), turn.connectionId, () => abort.abort(CLIENT_GONE), relocate);
   try {
-    await runSegment(session, turn, abort, outbox);
+    await runSegment(session, turn, abort, outbox, follow);
   } catch (err) {
     logger.error('a /ws turn failed', { error: err as Error, sessionId, turnId });
     // The turn is given up with the conversation as it was before it: the session stays usable.
@@ -58,7 +66,13 @@ export async function processTurnMessage(body: unknown, deps: TurnDeps = default
   }
 }
 
-async function runSegment(session: SessionRecord, turn: TurnRecord, abort: AbortController, outbox: FrameOutbox): Promise<void> {
+async function runSegment(
+  session: SessionRecord,
+  turn: TurnRecord,
+  abort: AbortController,
+  outbox: FrameOutbox,
+  follow: (connectionId: string, callbackUrl: string) => void,
+): Promise<void> {
   const { sessionId } = session;
   const paused = pausedRunOf(turn);
   // A resumed turn continues from its pause with every call's result; a new one starts from the user's message.
@@ -80,7 +94,7 @@ async function runSegment(session: SessionRecord, turn: TurnRecord, abort: Abort
     return;
   }
 
-  const watch = watchTurn(sessionId, turn.id, abort);
+  const watch = watchTurn(sessionId, turn.id, abort, { onConnection: follow });
   let outcome;
   try {
     outcome = await runAdmittedSegment({
@@ -146,11 +160,12 @@ function interruptedResult(state: RunState, session: SessionRecord): ServerFrame
 
 /**
  * Ends a turn paused for client tools that its user interrupted: the calls the client has not answered are answered
- * as interrupted, so the conversation goes on from there. Answers the `result` frame, or undefined when the turn had
- * already moved on (resumed by its last result meanwhile).
+ * as interrupted, so the conversation goes on from there. Answers the `result` frame, or undefined when the session
+ * changed since it was read (a result recorded, or the turn resumed by its last one): the caller reads it again.
  */
 export async function endPausedTurn(session: SessionRecord, turn: TurnRecord, paused: PausedRun): Promise<ServerFrame | undefined> {
   const state: RunState = { ...paused.run, conversation: [...session.conversation, { role: 'user', content: resumeResults(paused, turn.clientResults) }] };
-  const ended = await endTurn(session.sessionId, turn.id, state.conversation, { from: ['awaiting_tools'] });
+  // Only from the session as read: a client result recorded meanwhile must not be overwritten by "interrupted".
+  const ended = await endTurn(session.sessionId, turn.id, state.conversation, { from: ['awaiting_tools'], version: session.version });
   return ended.ok ? interruptedResult(state, session) : undefined;
 }

@@ -20,7 +20,12 @@ export interface TurnWatch {
  * TURN_HEARTBEAT_MS it renews the turn's claim, so the sweeper leaves it alone. A turn found no longer its own — or
  * not confirmed before the sweeper would take it — is aborted and marked lost.
  */
-export function watchTurn(sessionId: string, turnId: string, abort: AbortController, opts: { pollMs?: number } = {}): TurnWatch {
+export function watchTurn(
+  sessionId: string,
+  turnId: string,
+  abort: AbortController,
+  opts: { pollMs?: number; onConnection?: (connectionId: string, callbackUrl: string) => void } = {},
+): TurnWatch {
   let lost = false;
   let stopped = false;
   let busy = false;
@@ -40,6 +45,8 @@ export function watchTurn(sessionId: string, turnId: string, abort: AbortControl
       const seen = await turnSignals(sessionId, turnId);
       if (!seen.owned) return lose();
       confirmedAt = Date.now();
+      // The session resumed on another connection: the turn's frames go there from now on.
+      if (seen.connection) opts.onConnection?.(seen.connection.connectionId, seen.connection.callbackUrl);
       if (seen.stop === 'interrupted') abort.abort(INTERRUPTED);
       else if (seen.stop === 'disconnected') abort.abort(CLIENT_GONE);
     } catch (err) {
