@@ -5,6 +5,7 @@ import { checkedRunOptions } from '../agent/admitted-run.ts';
 import { SessionOptions } from '../agent/options.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
+import { CLOCK_TOLERANCE_SECONDS } from '../auth/tokens.ts';
 import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { describeIssue } from '../proxy/schema.ts';
@@ -96,7 +97,8 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
     return;
   }
   const { connection } = touched;
-  if (connection.caller.expiresAt * 1000 <= Date.now()) {
+  // The same leeway as the check at connect (auth/tokens.ts), so a token accepted there is not refused at once here.
+  if ((connection.caller.expiresAt + CLOCK_TOLERANCE_SECONDS) * 1000 <= Date.now()) {
     await reply(errorFrame('token_expired', 'The token this connection was opened with has expired: connect again with a fresh one'));
     await sender.close(event.connectionId);
     return;
