@@ -1,15 +1,13 @@
 import type { Caller } from '../auth/claims.ts';
 import { settle, type Reservation } from '../budgets/ledger.ts';
-import { env, MAX_INVOCATION_SECONDS } from '../config/env.ts';
+import { MAX_INVOCATION_SECONDS } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import type { RunAdmission } from '../plans/admission.ts';
 import { addDeveloperCompute } from '../plans/compute.ts';
 import { keepLeaseAlive, releaseLease } from '../plans/leases.ts';
-import { Refused } from '../refusals/refusal.ts';
-import { routeModel } from '../routing/route.ts';
-import { isServerTool, type SessionOptions } from './options.ts';
-import { runAgent, runAgentSegment, type RunEvent, type RunInput, type RunOutcome, type RunResult } from './run.ts';
-import { schemaProblem } from './structured-output.ts';
+import type { SessionOptions } from './options.ts';
+import type { RunEvent, RunResult } from './result.ts';
+import { runAgent, runAgentSegment, type RunInput, type RunOutcome } from './run.ts';
 
 /**
  * One agent run under an admission (plans/admission.ts), for every caller of the runtime — a /prompt request, an
@@ -23,21 +21,6 @@ import { schemaProblem } from './structured-output.ts';
 /** A run ends this long before Lambda's limit, so its charges are written before the invocation is cut. */
 const RUN_SECONDS_MARGIN = 30;
 export const MAX_RUN_SECONDS = MAX_INVOCATION_SECONDS - RUN_SECONDS_MARGIN;
-
-/**
- * What the schema alone cannot see in a run's options, checked before anything is admitted or queued: Anthropic
- * server tools need a Claude model, and `outputFormat.schema` must compile. Returns the options with the model the
- * run will use (the gateway's default when none is given); throws an `invalid_request` refusal otherwise.
- */
-export function checkedRunOptions<O extends SessionOptions>(options: O): O & { model: string } {
-  const model = options.model ?? env().DEFAULT_MODEL;
-  if (options.tools?.some(isServerTool) && routeModel(model).provider !== 'anthropic') {
-    throw new Refused({ kind: 'invalid_request', message: `options.tools: Anthropic server tools (a tool with a "type") run only with Claude models, not ${model}` });
-  }
-  const problem = options.outputFormat ? schemaProblem(options.outputFormat.schema) : undefined;
-  if (problem) throw new Refused({ kind: 'invalid_request', message: `options.outputFormat.schema is not a usable JSON Schema: ${problem}` });
-  return { ...options, model };
-}
 
 export type Admitted = Extract<RunAdmission, { ok: true }>;
 

@@ -6,9 +6,10 @@ import type { MessagesRequest } from '../providers/types.ts';
 import { messageOf } from '../refusals/anthropic.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { isClientTool, isHttpTool, isServerTool, type SessionOptions } from './options.ts';
+import { INTERRUPTED, MICROS_PER_USD, runResult, type ResultSubtype, type RunEvent, type RunResult, type RunState } from './result.ts';
 import { structuredOutputCheck } from './structured-output.ts';
 import { httpTool } from './tools/http.ts';
-import { connectMcpServers, type McpServerStatus } from './tools/mcp.ts';
+import { connectMcpServers } from './tools/mcp.ts';
 import type { AgentTool } from './tools/types.ts';
 
 /**
@@ -17,45 +18,8 @@ import type { AgentTool } from './tools/types.ts';
  * their results back, until the model answers. No HTTP and no AWS here: `/prompt` renders the events and the result
  * as JSON or SSE, and vessels and `/ws` turns run the same loop. A `/ws` turn may also continue a conversation
  * (`history`) and pause when the model calls client-side tools (`runAgentSegment`), to be resumed with their results.
+ * What a run yields — its events, its result, where it stands — is in result.ts, which its readers load without it.
  */
-
-export type ResultSubtype =
-  | 'success'
-  | 'error_max_turns'
-  | 'error_max_budget_usd'
-  | 'error_max_structured_output_retries'
-  | 'error_during_execution'
-  | 'error_max_duration'
-  /** A `/ws` turn stopped by its user (docs/ws.md, "Interrupting a turn"). */
-  | 'interrupted';
-
-/** The abort reason that makes a stopped run an `interrupted` one rather than an error. */
-export const INTERRUPTED = 'The turn was interrupted';
-
-/** What happens during a run, in order: text as the model produces it, each tool call and its result. */
-export type RunEvent =
-  | { type: 'assistant'; subtype: 'text'; text: string }
-  | { type: 'tool_use'; subtype: 'http' | 'mcp'; id: string; name: string; input: unknown }
-  | { type: 'tool_result'; subtype: 'http' | 'mcp'; tool_use_id: string; name: string; is_error: boolean; text: string };
-
-export interface RunResult {
-  type: 'result';
-  subtype: ResultSubtype;
-  is_error: boolean;
-  /** The final answer's text (thinking excluded); for an error subtype, what was said so far or the error. */
-  text: string;
-  total_cost_usd: number;
-  /** Exact integer form of total_cost_usd. */
-  total_cost_microdollars: number;
-  duration_secs: number;
-  num_turns: number;
-  usage: { input_tokens: number; output_tokens: number };
-  model: string;
-  structured_output?: unknown;
-  mcp_servers?: McpServerStatus[];
-  /** Why an error subtype ended the run. */
-  error?: string;
-}
 
 export interface RunInput {
   caller: Caller;
@@ -76,21 +40,6 @@ export const DEFAULT_MAX_TOKENS = 8_192;
 export const DEFAULT_MAX_TURNS = 10;
 /** Corrections asked for when the final answer does not match `outputFormat`, before the run gives up. */
 export const MAX_STRUCTURED_OUTPUT_RETRIES = 2;
-
-const MICROS_PER_USD = 1_000_000;
-
-/** Where a run stands between two segments (a /ws turn paused for client-side tools), and at its end. */
-export interface RunState {
-  /** The whole conversation, ready to send: it never ends with a tool call left without its result. */
-  conversation: Anthropic.MessageParam[];
-  spentMicros: number;
-  usage: { input_tokens: number; output_tokens: number };
-  turns: number;
-  corrections: number;
-  lastText: string;
-  /** Milliseconds the run was active in its earlier segments. */
-  activeMs: number;
-}
 
 export type RunOutcome =
   | { kind: 'ended'; result: RunResult; events: RunEvent[]; state: RunState }
@@ -232,36 +181,6 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
     clearTimeout(timer);
     await mcp?.close();
   }
-}
-
-/** The result of a run from where it stands: the figures are the whole run's, across its segments. */
-export function runResult(
-  state: RunState,
-  fields: { subtype: ResultSubtype; model: string; text?: string; error?: string; structured_output?: unknown; mcp_servers?: McpServerStatus[] },
-): RunResult {
-  return {
-    type: 'result',
-    subtype: fields.subtype,
-    is_error: fields.subtype !== 'success',
-    text: fields.text ?? state.lastText,
-    total_cost_usd: state.spentMicros / MICROS_PER_USD,
-    total_cost_microdollars: state.spentMicros,
-    duration_secs: Math.round(state.activeMs) / 1000,
-    num_turns: state.turns,
-    usage: { ...state.usage },
-    model: fields.model,
-    ...(fields.structured_output === undefined ? {} : { structured_output: fields.structured_output }),
-    ...(fields.mcp_servers ? { mcp_servers: fields.mcp_servers } : {}),
-    ...(fields.error ? { error: fields.error } : {}),
-  };
-}
-
-/**
- * A paused run that will not resume (its user interrupted it while the client's tools ran): every call left without
- * a result is answered as stopped, so the conversation can go on.
- */
-export function closePausedRun(state: RunState): RunState {
-  return { ...state, conversation: closeToolCalls(state.conversation) };
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { checkedRunOptions } from '../agent/admitted-run.ts';
+import { checkedRunOptions } from '../agent/checked-options.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { checkedRunOptions, MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
+import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
+import { checkedRunOptions } from '../agent/checked-options.ts';
 import { PromptBody } from '../agent/options.ts';
-import type { RunEvent } from '../agent/run.ts';
+import type { RunEvent } from '../agent/result.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { RunEvent, RunResult } from '../agent/run.ts';
+import type { RunEvent, RunResult } from '../agent/result.ts';
 import { describeIssue } from '../proxy/schema.ts';
 import { conjureRefusalParts } from '../refusals/conjure.ts';
 import type { Refusal } from '../refusals/refusal.ts';

@@ -1,7 +1,7 @@
 import { gunzipSync, gzipSync } from 'node:zlib';
 import type Anthropic from '@anthropic-ai/sdk';
 import type { SessionOptions } from '../agent/options.ts';
-import type { RunState } from '../agent/run.ts';
+import type { RunState } from '../agent/result.ts';
 import type { Caller } from '../auth/claims.ts';
 import type { SessionState } from './states.ts';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { z } from 'zod';
-import { checkedRunOptions } from '../agent/admitted-run.ts';
+import { checkedRunOptions } from '../agent/checked-options.ts';
 import { SessionOptions } from '../agent/options.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
@@ -16,7 +16,7 @@ import { encodeFrame, errorFrame, parseClientFrame, type ClientFrame, type Serve
 import { missingResults, pausedRunOf, SessionTooLarge, type ConnectionRecord, type SessionRecord } from './record.ts';
 import { visibleState } from './states.ts';
 import { bindConnection, createSession, deleteConnection, getSession, moveTurn, putConnection, queueResume, queueTurn, recordClientResult, replaceOptions, requestStop, touchConnection } from './store.ts';
-import { endPausedTurn } from './turn.ts';
+import { endPausedTurn } from './paused.ts';
 
 /**
  * The /ws function (docs/ws.md): API Gateway's $connect, $default and $disconnect, already translated

@@ -1,7 +1,7 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import { z } from 'zod';
 import { MAX_RUN_SECONDS, runAdmittedSegment } from '../agent/admitted-run.ts';
-import { INTERRUPTED, runResult, type RunState } from '../agent/run.ts';
+import type { RunState } from '../agent/result.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { admitRun } from '../plans/admission.ts';
@@ -11,6 +11,7 @@ import { errorFrame, refusalFrame, type ServerFrame } from './frames.ts';
 import { FrameOutbox } from './outbox.ts';
 import { pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
 import { claimTurn, endTurn, getSession, pauseTurn } from './store.ts';
+import { endPausedTurn, interruptedResult } from './paused.ts';
 import { CLIENT_GONE, watchTurn } from './watch.ts';
 
 /**
@@ -152,20 +153,4 @@ async function end(session: SessionRecord, turn: TurnRecord, state: RunState, ou
     outbox.send(errorFrame('session_too_large', err.message));
   }
   if (result) outbox.send(result);
-}
-
-function interruptedResult(state: RunState, session: SessionRecord): ServerFrame {
-  return { ...runResult(state, { subtype: 'interrupted', model: session.options.model, error: INTERRUPTED }), sessionId: session.sessionId };
-}
-
-/**
- * Ends a turn paused for client tools that its user interrupted: the calls the client has not answered are answered
- * as interrupted, so the conversation goes on from there. Answers the `result` frame, or undefined when the session
- * changed since it was read (a result recorded, or the turn resumed by its last one): the caller reads it again.
- */
-export async function endPausedTurn(session: SessionRecord, turn: TurnRecord, paused: PausedRun): Promise<ServerFrame | undefined> {
-  const state: RunState = { ...paused.run, conversation: [...session.conversation, { role: 'user', content: resumeResults(paused, turn.clientResults) }] };
-  // Only from the session as read: a client result recorded meanwhile must not be overwritten by "interrupted".
-  const ended = await endTurn(session.sessionId, turn.id, state.conversation, { from: ['awaiting_tools'], version: session.version });
-  return ended.ok ? interruptedResult(state, session) : undefined;
 }

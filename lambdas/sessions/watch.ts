@@ -1,5 +1,5 @@
 import { logger } from '../observability/logger.ts';
-import { INTERRUPTED } from '../agent/run.ts';
+import { INTERRUPTED } from '../agent/result.ts';
 import { heartbeatTurn, TURN_HEARTBEAT_MS, TURN_STALE_MS, turnSignals } from './store.ts';
 
 /** How often a running turn looks for an interrupt: the longest an interrupt waits to be seen. */

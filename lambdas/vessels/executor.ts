@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
-import type { RunResult } from '../agent/run.ts';
+import type { RunResult } from '../agent/result.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { admitRun, withdrawAdmission, type RunAdmission } from '../plans/admission.ts';

@@ -1,5 +1,5 @@
 import type { RunOptions } from '../agent/options.ts';
-import type { RunResult } from '../agent/run.ts';
+import type { RunResult } from '../agent/result.ts';
 import type { Caller } from '../auth/claims.ts';
 import { webhookView, type StoredWebhook } from '../webhooks/record.ts';
 import { flagsOf, type VesselStatus } from './states.ts';

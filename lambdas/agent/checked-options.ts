@@ -1,0 +1,20 @@
+import { env } from '../config/env.ts';
+import { Refused } from '../refusals/refusal.ts';
+import { routeModel } from '../routing/route.ts';
+import { isServerTool, type SessionOptions } from './options.ts';
+import { schemaProblem } from './structured-output.ts';
+
+/**
+ * What the schema alone cannot see in a run's options, checked before anything is admitted or queued: Anthropic
+ * server tools need a Claude model, and `outputFormat.schema` must compile. Returns the options with the model the
+ * run will use (the gateway's default when none is given); throws an `invalid_request` refusal otherwise.
+ */
+export function checkedRunOptions<O extends SessionOptions>(options: O): O & { model: string } {
+  const model = options.model ?? env().DEFAULT_MODEL;
+  if (options.tools?.some(isServerTool) && routeModel(model).provider !== 'anthropic') {
+    throw new Refused({ kind: 'invalid_request', message: `options.tools: Anthropic server tools (a tool with a "type") run only with Claude models, not ${model}` });
+  }
+  const problem = options.outputFormat ? schemaProblem(options.outputFormat.schema) : undefined;
+  if (problem) throw new Refused({ kind: 'invalid_request', message: `options.outputFormat.schema is not a usable JSON Schema: ${problem}` });
+  return { ...options, model };
+}
