@@ -53,6 +53,13 @@ async function main() {
     `  const msg = await client.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 256, messages: [{ role: 'user', content: 'Hello' }] });`,
     '',
     `  # Claude Code: ANTHROPIC_BASE_URL=${gw.url} ANTHROPIC_AUTH_TOKEN=<token above> claude`,
+    ...(gw.websocket
+      ? [
+          '',
+          `  # /ws sessions (docs/ws.md): connect to ${gw.websocket.url}?token=<token above>, then send`,
+          `  #   {"type":"session.start","options":{}}  and, once the "session" frame is back,  {"type":"user","message":"Hello"}`,
+        ]
+      : []),
     '',
     `The token is also saved in ${join(dataDir, 'dev-token.txt')}. Press Ctrl-C to stop.`,
   ];
