@@ -17,6 +17,9 @@ export const GATEWAY_METRICS = {
   VesselsReconciled: { unit: MetricUnit.Count, meaning: 'Vessels one reconciler run acted on (re-driven, retried, failed, canceled, handed off); 0 when every vessel moved on its own' },
   WebhookAttempts: { unit: MetricUnit.Count, meaning: 'One per webhook delivery attempt (a POST to a callback URL, whatever came of it)' },
   WebhooksFailed: { unit: MetricUnit.Count, meaning: 'One per webhook delivery round that ended undelivered (retries exhausted, 410 Gone, or a refused address)' },
+  SessionEvents: { unit: MetricUnit.Count, meaning: 'One per /ws event the Sessions function handled: a $connect, a frame, a $disconnect' },
+  SessionTurns: { unit: MetricUnit.Count, meaning: 'One per turn-queue message the turn worker handled (a segment run, or a message found stale)' },
+  SessionsSwept: { unit: MetricUnit.Count, meaning: 'Idle connections closed and stalled turns freed by one sweeper run; 0 when there was nothing to do' },
 } as const;
 
 export type GatewayMetricName = keyof typeof GATEWAY_METRICS;

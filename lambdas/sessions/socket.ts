@@ -8,6 +8,7 @@ import type { Caller } from '../auth/claims.ts';
 import { CLOCK_TOLERANCE_SECONDS } from '../auth/tokens.ts';
 import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
+import { emit } from '../observability/metrics.ts';
 import { describeIssue } from '../proxy/schema.ts';
 import { sqsQueueSender, type QueueSender } from '../queues/sender.ts';
 import { conjureRefusalParts } from '../refusals/conjure.ts';
@@ -33,6 +34,7 @@ export interface SocketDeps {
 const defaultDeps = (): SocketDeps => ({ sender: apiGatewayConnectionSender, queue: sqsQueueSender() });
 
 export async function handleSocketEvent(event: WebSocketEvent, deps: SocketDeps = defaultDeps()): Promise<APIGatewayProxyStructuredResultV2> {
+  emit('SessionEvents', 1);
   switch (event.kind) {
     case 'connect':
       return connect(event);

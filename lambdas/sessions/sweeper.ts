@@ -2,6 +2,7 @@ import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
+import { emit } from '../observability/metrics.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { SESSIONS_SWEEP_INDEX } from '../store/tables.ts';
 import { encodeFrame, errorFrame } from './frames.ts';
@@ -48,6 +49,7 @@ export async function sweepSessions(now = Date.now(), deps?: SweepDeps): Promise
       logger.error('sweeping a turn failed', { error: err as Error, sessionId: item.sessionId });
     }
   }
+  emit('SessionsSwept', closed + freed);
   if (closed || freed) logger.info('sessions swept', { closed, freed });
   return { closed, freed };
 }

@@ -4,6 +4,7 @@ import { MAX_RUN_SECONDS, runAdmittedSegment } from '../agent/admitted-run.ts';
 import type { RunState } from '../agent/result.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
+import { emit } from '../observability/metrics.ts';
 import { admitRun } from '../plans/admission.ts';
 import { MalformedMessageError } from '../queues/consumer.ts';
 import { wakeParkedVessels } from '../vessels/park.ts';
@@ -38,6 +39,7 @@ export async function processTurnMessage(body: unknown, deps: TurnDeps = default
   const parsed = TurnMessage.safeParse(body);
   if (!parsed.success) throw new MalformedMessageError(`A turn message names a sessionId and a turnId: ${parsed.error.message}`);
   const { sessionId, turnId } = parsed.data;
+  emit('SessionTurns', 1);
   const claimed = await claimTurn(sessionId, turnId);
   if (!claimed.ok) {
     logger.info('turn message ignored: the turn is not queued', { sessionId, turnId, state: claimed.seen?.state, turn: claimed.seen?.turn?.id });

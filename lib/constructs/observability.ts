@@ -188,12 +188,14 @@ export class GatewayObservability extends Construct {
       new cw.GraphWidget({ title: 'Dead-letter queue depth', left: dlqDepth, width: 8 }),
       new cw.GraphWidget({ title: 'Ledger errors', left: [ledgerErrors], width: 8 }),
     );
-    // Background work: vessels (run-queue triggers, reconciler actions) and webhook deliveries (attempts, rounds that
-    // ended undelivered — the dead-letter depth above says which of those are exhausted).
-    const background = (['VesselTriggers', 'VesselsReconciled', 'WebhookAttempts', 'WebhooksFailed'] as const).map((name) => gatewayMetric(props.stage, name, 'Sum'));
+    // Background work: vessels (run-queue triggers, reconciler actions), webhook deliveries (attempts, rounds that
+    // ended undelivered — the dead-letter depth above says which of those are exhausted), and /ws sessions (events,
+    // turn segments, what the sweeper closed or freed).
+    const sum = (names: readonly GatewayMetricName[]) => names.map((name) => gatewayMetric(props.stage, name, 'Sum'));
     this.dashboard.addWidgets(
-      new cw.GraphWidget({ title: 'Vessels', left: background.slice(0, 2), width: 12 }),
-      new cw.GraphWidget({ title: 'Webhook deliveries', left: background.slice(2), width: 12 }),
+      new cw.GraphWidget({ title: 'Vessels', left: sum(['VesselTriggers', 'VesselsReconciled']), width: 8 }),
+      new cw.GraphWidget({ title: 'Webhook deliveries', left: sum(['WebhookAttempts', 'WebhooksFailed']), width: 8 }),
+      new cw.GraphWidget({ title: '/ws sessions', left: sum(['SessionEvents', 'SessionTurns', 'SessionsSwept']), width: 8 }),
     );
     this.dashboard.addWidgets(new cw.AlarmStatusWidget({ title: 'Alarms', alarms: this.alarms, width: 24 }));
   }

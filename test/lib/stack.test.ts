@@ -1090,7 +1090,7 @@ describe('observability', () => {
     }
     expect(JSON.stringify(alarm('GatewayErrorRate'))).toContain('"Namespace":"PromptGateway"');
     const body = JSON.stringify(resources[logicalIdOf(stack.node.findChild('Observability').node.findChild('Dashboard'))]);
-    for (const metric of ['Requests', 'Errors', 'SpendMicrodollars', 'UpstreamLatency', 'Throttles', 'Duration', 'ApproximateNumberOfMessagesVisible', '5XXError', 'VesselTriggers', 'VesselsReconciled', 'WebhookAttempts', 'WebhooksFailed']) {
+    for (const metric of ['Requests', 'Errors', 'SpendMicrodollars', 'UpstreamLatency', 'Throttles', 'Duration', 'ApproximateNumberOfMessagesVisible', '5XXError', 'VesselTriggers', 'VesselsReconciled', 'WebhookAttempts', 'WebhooksFailed', 'SessionEvents', 'SessionTurns', 'SessionsSwept']) {
       expect(body).toContain(metric);
     }
     expect(body).toContain('p99');
