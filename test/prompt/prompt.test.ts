@@ -1,8 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
@@ -11,7 +7,7 @@ import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { SseDecoder } from '../../lambdas/streaming/sse.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
-import { streamableMcpHandler } from '../support/mcp.ts';
+import { mcpServer, toolServer } from '../support/tool-servers.ts';
 
 /**
  * POST /prompt against the local runtime, the simulated upstreams (scripted conversations: `[[N> …]]` applies on turn
@@ -20,8 +16,8 @@ import { streamableMcpHandler } from '../support/mcp.ts';
  */
 const MODEL = 'claude-sonnet-4-6';
 let gw: TestGateway;
-let tools: { server: Server; url: string; calls: { path: string; body: unknown; headers: IncomingMessage['headers'] }[] };
-let mcp: { server: Server; url: string };
+let tools: Awaited<ReturnType<typeof toolServer>>;
+let mcp: Awaited<ReturnType<typeof mcpServer>>;
 let seq = 0;
 
 beforeAll(async () => {
@@ -36,40 +32,6 @@ afterAll(async () => {
   mcp?.server.closeAllConnections();
   mcp?.server.close();
 });
-
-async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; url: string }> {
-  const server = createServer(handler);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
-}
-
-/** Two HTTP tools: /weather answers from the city, /time from the zone; both record what they got. */
-async function toolServer() {
-  const calls: { path: string; body: unknown; headers: IncomingMessage['headers'] }[] = [];
-  const { server, url } = await listen((req, res) => {
-    let text = '';
-    req.on('data', (c) => (text += c)).on('end', () => {
-      const body = JSON.parse(text || '{}') as Record<string, string>;
-      calls.push({ path: req.url ?? '', body, headers: req.headers });
-      if (req.url === '/weather') res.end(`18°C in ${body.city}`);
-      else if (req.url === '/time') res.end(`14:00 ${body.tz}`);
-      else res.writeHead(404).end('no such tool');
-    });
-  });
-  return { server, url, calls };
-}
-
-/** The MCP SDK's own server over Streamable HTTP, with two tools: add, and secret (never to be offered). */
-function mcpServer() {
-  return listen(
-    streamableMcpHandler(() => {
-      const server = new McpServer({ name: 'calc', version: '1.0.0' });
-      server.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => ({ content: [{ type: 'text', text: String(a + b) }] }));
-      server.registerTool('secret', { description: 'Never offered' }, async () => ({ content: [{ type: 'text', text: 'leaked' }] }));
-      return server;
-    }),
-  );
-}
 
 async function user(budget: Partial<BudgetClaim> = {}, projectSecret?: { projectId: string; secret: string }) {
   const id = `p-${++seq}`;

@@ -1,13 +1,9 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
-import { streamableMcpHandler } from '../support/mcp.ts';
+import { mcpServer, toolServer } from '../support/tool-servers.ts';
 import { connectWs, type Frame, type WsClient } from '../support/ws.ts';
 
 /**
@@ -24,8 +20,8 @@ import { connectWs, type Frame, type WsClient } from '../support/ws.ts';
 const MODEL = 'claude-sonnet-4-6';
 const FINAL = 'Hello from the simulated upstream.';
 let gw: TestGateway;
-let tools: { server: Server; url: string; calls: { path: string; body: unknown; headers: IncomingMessage['headers'] }[] };
-let mcp: { server: Server; url: string; calls: { a: number; b: number }[] };
+let tools: Awaited<ReturnType<typeof toolServer>>;
+let mcp: Awaited<ReturnType<typeof mcpServer>>;
 let seq = 0;
 
 beforeAll(async () => {
@@ -40,43 +36,6 @@ afterAll(async () => {
   mcp?.server.closeAllConnections();
   mcp?.server.close();
 });
-
-async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; url: string }> {
-  const server = createServer(handler);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
-}
-
-/** An HTTP tool server: /weather answers from the city and records every call. */
-async function toolServer() {
-  const calls: { path: string; body: unknown; headers: IncomingMessage['headers'] }[] = [];
-  const { server, url } = await listen((req, res) => {
-    let text = '';
-    req.on('data', (c) => (text += c)).on('end', () => {
-      const body = JSON.parse(text || '{}') as Record<string, string>;
-      calls.push({ path: req.url ?? '', body, headers: req.headers });
-      if (req.url === '/weather') res.end(`18°C in ${body.city}`);
-      else res.writeHead(404).end('no such tool');
-    });
-  });
-  return { server, url, calls };
-}
-
-/** The MCP SDK's own server over Streamable HTTP, with one tool, add, recording its calls. */
-async function mcpServer() {
-  const calls: { a: number; b: number }[] = [];
-  const { server, url } = await listen(
-    streamableMcpHandler(() => {
-      const server = new McpServer({ name: 'calc', version: '1.0.0' });
-      server.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => {
-        calls.push({ a, b });
-        return { content: [{ type: 'text', text: String(a + b) }] };
-      });
-      return server;
-    }),
-  );
-  return { server, url, calls };
-}
 
 const budget = { ai: 10_000_000, compute: 3600, window: 'day' as const };
 
