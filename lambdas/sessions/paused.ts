@@ -1,6 +1,6 @@
 import { INTERRUPTED, runResult, type RunState } from '../agent/result.ts';
 import type { ServerFrame } from './frames.ts';
-import { resumeResults, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
+import { conversationWithoutTurn, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
 import { endTurn } from './store.ts';
 
 /**
@@ -18,7 +18,7 @@ export function interruptedResult(state: RunState, session: SessionRecord): Serv
  * changed since it was read (a result recorded, or the turn resumed by its last one): the caller reads it again.
  */
 export async function endPausedTurn(session: SessionRecord, turn: TurnRecord, paused: PausedRun): Promise<ServerFrame | undefined> {
-  const state: RunState = { ...paused.run, conversation: [...session.conversation, { role: 'user', content: resumeResults(paused, turn.clientResults) }] };
+  const state: RunState = { ...paused.run, conversation: conversationWithoutTurn(session, turn) ?? session.conversation };
   // Only from the session as read: a client result recorded meanwhile must not be overwritten by "interrupted".
   const ended = await endTurn(session.sessionId, turn.id, state.conversation, { from: ['awaiting_tools'], version: session.version });
   return ended.ok ? interruptedResult(state, session) : undefined;

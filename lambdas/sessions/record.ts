@@ -139,6 +139,16 @@ export function missingResults(turn: TurnRecord): PausedCall[] {
 }
 
 /**
+ * The conversation a session goes back to when its turn does not run on (refused, interrupted before it ran, given
+ * up): a turn resumed after client tools keeps its calls' results, so every call stays answered; a new turn's
+ * message is dropped (undefined: the stored conversation as it is).
+ */
+export function conversationWithoutTurn(session: { conversation: Anthropic.MessageParam[] }, turn: TurnRecord): Anthropic.MessageParam[] | undefined {
+  const paused = pausedRunOf(turn);
+  return paused ? [...session.conversation, { role: 'user', content: resumeResults(paused, turn.clientResults) }] : undefined;
+}
+
+/**
  * Every call's result in the order the model made them, for the run to resume with: the gateway's own, then the
  * client's; a call with neither (the turn was interrupted first) is answered as stopped.
  */

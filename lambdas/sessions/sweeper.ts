@@ -6,7 +6,7 @@ import { emit } from '../observability/metrics.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { SESSIONS_SWEEP_INDEX } from '../store/tables.ts';
 import { encodeFrame, errorFrame } from './frames.ts';
-import { connectionFromItem, pausedRunOf, resumeResults, sessionFromItem } from './record.ts';
+import { connectionFromItem, conversationWithoutTurn, sessionFromItem } from './record.ts';
 import { isTurnActive } from './states.ts';
 import { deleteConnection, endTurn, extendConnection, getSession, SWEEP_CONNECTION, SWEEP_TURN } from './store.ts';
 
@@ -88,10 +88,7 @@ async function freeTurn(item: Record<string, unknown>, now: number, deps: SweepD
   const session = sessionFromItem(item);
   const turn = session.turn;
   if (!turn || !isTurnActive(session.state)) return false;
-  // A resumed turn keeps its calls' results (the conversation must answer every call); a new one drops its message.
-  const paused = pausedRunOf(turn);
-  const conversation = paused ? [...session.conversation, { role: 'user' as const, content: resumeResults(paused, turn.clientResults) }] : undefined;
-  const freed = await endTurn(session.sessionId, turn.id, conversation, { from: [session.state as 'queued' | 'running'], now });
+  const freed = await endTurn(session.sessionId, turn.id, conversationWithoutTurn(session, turn), { from: [session.state as 'queued' | 'running'], now });
   if (!freed.ok) return false;
   logger.warn('a /ws turn was freed: its worker stopped', { sessionId: session.sessionId, turnId: turn.id, state: session.state });
   await deps.sender.send(turn.connectionId, encodeFrame(errorFrame('turn_lost', 'The turn stopped before its end (its worker failed); the conversation is as it was before it. Send the message again')));

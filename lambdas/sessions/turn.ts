@@ -1,4 +1,3 @@
-import type Anthropic from '@anthropic-ai/sdk';
 import { z } from 'zod';
 import { MAX_RUN_SECONDS, runAdmittedSegment } from '../agent/admitted-run.ts';
 import type { RunState } from '../agent/result.ts';
@@ -10,7 +9,7 @@ import { MalformedMessageError } from '../queues/consumer.ts';
 import { wakeParkedVessels } from '../vessels/park.ts';
 import { errorFrame, refusalFrame, type ServerFrame } from './frames.ts';
 import { FrameOutbox } from './outbox.ts';
-import { pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
+import { conversationWithoutTurn, pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
 import { claimTurn, endTurn, getSession, pauseTurn } from './store.ts';
 import { endPausedTurn, interruptedResult } from './paused.ts';
 import { CLIENT_GONE, watchTurn } from './watch.ts';
@@ -61,9 +60,10 @@ export async function processTurnMessage(body: unknown, deps: TurnDeps = default
     await runSegment(session, turn, abort, outbox, follow);
   } catch (err) {
     logger.error('a /ws turn failed', { error: err as Error, sessionId, turnId });
-    // The turn is given up with the conversation as it was before it: the session stays usable.
-    await endTurn(sessionId, turnId, undefined, { from: ['running'] }).catch(() => undefined);
-    outbox.send(errorFrame('internal_error', 'The gateway failed during the turn; the conversation is as it was before it'));
+    // The turn is given up with the conversation as it was before it: the session stays usable. Only a worker that
+    // still held the turn says so — one the sweeper already freed (which told the client) stays silent.
+    const given = await endTurn(sessionId, turnId, conversationWithoutTurn(session, turn), { from: ['running'] }).catch(() => undefined);
+    if (given?.ok) outbox.send(errorFrame('internal_error', 'The gateway failed during the turn; the conversation is as it was before it'));
   } finally {
     await outbox.flush();
   }
@@ -80,8 +80,7 @@ async function runSegment(
   const paused = pausedRunOf(turn);
   // A resumed turn continues from its pause with every call's result; a new one starts from the user's message.
   const resume = paused ? { resume: { ...paused.run, conversation: session.conversation }, toolResults: resumeResults(paused, turn.clientResults) } : undefined;
-  // The conversation should the segment not run: a resumed turn keeps its calls' results, a new one drops its message.
-  const unrun = resume ? [...resume.resume.conversation, { role: 'user', content: resume.toolResults } as Anthropic.MessageParam] : undefined;
+  const unrun = conversationWithoutTurn(session, turn);
 
   if (turn.stop) {
     // Interrupted (or left) before a worker got to it.

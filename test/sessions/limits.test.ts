@@ -184,7 +184,8 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
 
     // The session goes on from the conversation it had.
     client.send({ type: 'user', message: 'What colour?' });
-    expect((await client.untilResult()).at(-1)).toMatchObject({ type: 'result', subtype: 'success', text: 'Echo: What colour?' });
+    const after = (await client.untilResult()).at(-1);
+    expect(after, JSON.stringify(after)).toMatchObject({ type: 'result', subtype: 'success', text: 'Echo: What colour?' });
     const last = gw.upstreams.anthropic!.requests.at(-1)!.body as { messages: unknown[] };
     expect(last.messages).toEqual([
       { role: 'user', content: 'Remember: blue.' },
