@@ -1,31 +1,67 @@
 /**
- * Bundle sizes of the Lambda handlers: `npm run bundle-size`.
+ * Bundle sizes and init times of the Lambda handlers: `npm run bundle-size`.
  *
  * Bundles every function of the manifest (lambdas/handlers/manifest.ts) with the stack's own esbuild options
- * (lib/bundling.ts), prints a table of the sizes (raw and gzip) and the packages that weigh most, and writes it into
- * docs/benchmarks.md under "## Bundle sizes" (the rest of that file is left alone).
+ * (lib/bundling.ts), prints a table of the sizes (raw and gzip), each bundle's init time (module load to a ready
+ * `handler`, in fresh Node processes) and the packages that weigh most, and writes it into docs/benchmarks.md under
+ * "## Bundle sizes" (the rest of that file is left alone). Both figures are issue 17's cold-start goal.
+ *
+ * Knob: BENCH_INIT_RUNS (fresh processes per handler for the init time, default 7).
  */
+import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { build, version as esbuildVersion } from 'esbuild';
-import { bundledHandlers, esbuildOptions, HANDLER_BUNDLE, PROJECT_ROOT } from '../lib/bundling.ts';
+import { FUNCTIONS, type FunctionSpec } from '../lambdas/handlers/manifest.ts';
+import { QUEUES } from '../lambdas/store/queues.ts';
+import { TABLES } from '../lambdas/store/tables.ts';
+import { bundledHandlers, esbuildOptions, HANDLER_BUNDLE, PROJECT_ROOT, type HandlerId } from '../lib/bundling.ts';
 import { BENCHMARKS_DOC, writeBenchmarkSection } from './report.ts';
 
 const HEADING = '## Bundle sizes';
 
+/** Issue 17, "Cold start": each handler's init ≤ 150 ms and its bundle ≤ 1 MB minified. */
+const TARGET = { initMs: 150, bundleBytes: 1024 * 1024 } as const;
+
+/** Fresh Node processes per handler; the table shows their median and max. */
+const INIT_RUNS = Number(process.env.BENCH_INIT_RUNS ?? 7);
+if (!Number.isInteger(INIT_RUNS) || INIT_RUNS < 1) throw new Error(`BENCH_INIT_RUNS must be a whole number ≥ 1, not ${process.env.BENCH_INIT_RUNS}`);
+
+/**
+ * The Node that loads the bundles: the one running this script. `npm run bundle-size` runs tsx with the project's
+ * node_modules/.bin first on PATH, so that is the `node` devDependency (Node 22, the major the stack deploys,
+ * nodejs22.x) — not whatever `node` the machine has. The version the children actually ran is recorded in the table.
+ */
+const NODE = process.execPath;
+
+const execFileAsync = promisify(execFile);
+
+interface Init {
+  /** Milliseconds from just before `import()` to the import resolved with a `handler` function, one per process. */
+  runs: number[];
+  medianMs: number;
+  maxMs: number;
+}
+
 interface Row {
-  id: string;
+  id: HandlerId;
   entry: string;
+  /** The built bundle (index.mjs, its map beside it). */
+  file: string;
   raw: number;
   gzip: number;
   map: number;
   packageZip: number;
   heaviest: Array<[string, number]>;
+  init?: Init;
 }
 
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(1)} KB`;
+const ms = (value: number) => value.toFixed(0);
 
 /** `node_modules/@scope/name/...` → `@scope/name`; project files → `(project)`. */
 function packageOf(input: string): string {
@@ -35,7 +71,15 @@ function packageOf(input: string): string {
   return parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
 }
 
-async function measure(id: string, entry: string, outdir: string): Promise<Row> {
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+// --- Size: the bundle as the stack builds it -------------------------------------------------------------------
+
+async function measureSize(id: HandlerId, entry: string, outdir: string): Promise<Row> {
   const outfile = join(outdir, id, 'index.mjs');
   const result = await build({ ...esbuildOptions(entry, outfile), metafile: true });
   const code = readFileSync(outfile);
@@ -50,6 +94,7 @@ async function measure(id: string, entry: string, outdir: string): Promise<Row> 
   return {
     id,
     entry: entry.slice(PROJECT_ROOT.length + 1),
+    file: outfile,
     raw: code.length,
     gzip: gzipSync(code, { level: 9 }).length,
     map: map.length,
@@ -59,7 +104,157 @@ async function measure(id: string, entry: string, outdir: string): Promise<Row> 
   };
 }
 
-function section(rows: Row[]): string {
+// --- Init: module load to a ready handler, in a fresh Node process ---------------------------------------------
+
+/**
+ * The environment the stack gives `spec`'s function (lib/gateway-stack.ts, lib/constructs/*.ts), with stand-in
+ * values, plus what Lambda's runtime sets itself. A module that read a missing variable at load would throw here as
+ * it would in AWS; none does today (configuration is parsed on first use), but the loaded code is the deployed code
+ * only if its environment is the deployed one: NODE_OPTIONS=--enable-source-maps in particular makes Node read and
+ * index index.mjs.map while loading the bundle, which is part of a real cold start.
+ *
+ * Deliberately absent: AWS credentials (the SDK resolves them on its first call, not at load; were it to do so at
+ * load it would look for them on the network, which the preload refuses) and anything from this shell's
+ * environment (NODE_COMPILE_CACHE would let V8 skip compiling the bundle, which Lambda does not).
+ */
+function lambdaEnvironment(spec: FunctionSpec): NodeJS.ProcessEnv {
+  const region = 'eu-west-1';
+  const account = '123456789012';
+  const stage = 'bench';
+  const arn = (service: string, resource: string) => `arn:aws:${service}:${region}:${account}:${resource}`;
+  const keyArn = arn('kms', 'key/00000000-0000-0000-0000-000000000000');
+  const { access } = spec;
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    // Set by Lambda's runtime.
+    AWS_REGION: region,
+    AWS_DEFAULT_REGION: region,
+    AWS_EXECUTION_ENV: 'AWS_Lambda_nodejs22.x',
+    AWS_LAMBDA_FUNCTION_NAME: `prompt-gateway-${stage}-${spec.id}`,
+    AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(spec.memoryMb),
+    AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
+    AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
+    TZ: ':UTC',
+    // Every function (lib/constructs/functions.ts).
+    STAGE: stage,
+    NODE_OPTIONS: '--enable-source-maps',
+    POWERTOOLS_SERVICE_NAME: `prompt-gateway-${stage}`,
+    POWERTOOLS_METRICS_NAMESPACE: 'PromptGateway',
+    POWERTOOLS_LOG_LEVEL: 'INFO',
+    // Every function is told every table's name.
+    ...Object.fromEntries(TABLES.map((table) => [table.envVar, `prompt-gateway-${stage}-${table.id}`])),
+  };
+  const queue = (name: string) => ({ url: `https://sqs.${region}.amazonaws.com/${account}/prompt-gateway-${stage}-${name}`, arn: arn('sqs', `prompt-gateway-${stage}-${name}`) });
+  for (const q of QUEUES.filter((q) => (access.queues as readonly string[]).includes(q.name))) {
+    env[q.envVar] = queue(q.name).url;
+    env[q.arnEnvVar] = queue(q.name).arn;
+  }
+  for (const q of QUEUES.filter((q) => ((access.deadLetters ?? []) as readonly string[]).includes(q.name))) {
+    env[q.deadLetterEnvVar] = queue(`${q.name}-dlq`).url;
+  }
+  if (access.providers) {
+    env.PROVIDER_KEYS_KMS_KEY_ID = keyArn;
+    env.ANTHROPIC_API_KEY_SECRET_ARN = arn('secretsmanager', 'secret:anthropic-AbCdEf');
+  }
+  if (access.encrypts || access.decrypts) env.PROVIDER_KEYS_KMS_KEY_ID = keyArn;
+  if (access.scheduler) {
+    env.SCHEDULE_GROUP_NAME = `prompt-gateway-${stage}`;
+    env.SCHEDULER_ROLE_ARN = `arn:aws:iam::${account}:role/prompt-gateway-${stage}-scheduler`;
+  }
+  if (access.connections) env.WEBSOCKET_CALLBACK_URL = `https://abcdef1234.execute-api.${region}.amazonaws.com/${stage}`;
+  return env;
+}
+
+/**
+ * Builds the module every measuring process loads with `--import` before the bundle: the cold-import test's preload
+ * (test/lib/offline-preload.ts). It installs the `awslambda` globals Lambda's runtime provides (streaming handlers
+ * call `awslambda.streamifyResponse` at load) and makes any socket connect or DNS lookup fail the process — so each
+ * measurement also verifies that loading a handler makes no network call (an SDK client resolving credentials or an
+ * endpoint at load would both fail the run and distort the figure). It runs before the clock starts: Lambda's
+ * runtime has its own modules loaded before it imports ours too.
+ */
+async function buildPreload(outdir: string): Promise<string> {
+  const outfile = join(outdir, 'offline-preload.mjs');
+  await build({
+    entryPoints: [join(PROJECT_ROOT, 'test/lib/offline-preload.ts')],
+    outfile,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: HANDLER_BUNDLE.target,
+    logLevel: 'error',
+  });
+  return outfile;
+}
+
+/**
+ * What each measuring process runs: the clock starts after Node itself has started (Lambda's runtime start, its
+ * bootstrap and the runtime interface client, is not ours to shrink and is not in the figure) and stops when
+ * `import()` of the bundle has resolved — parse and compile of index.mjs, source map indexing, every top-level
+ * statement of every bundled module — and `handler` is a function, which is when Lambda could invoke it.
+ */
+function initScript(bundle: string): string {
+  return `const start = performance.now();
+const mod = await import(${JSON.stringify(pathToFileURL(bundle).href)});
+const elapsed = performance.now() - start;
+if (typeof mod.handler !== 'function') { console.error('the bundle exports no handler function'); process.exit(2); }
+console.log('INIT ' + JSON.stringify({ ms: elapsed, node: process.versions.node }));`;
+}
+
+/** One fresh process loading one bundle: its init time and the Node version it ran. */
+async function initOnce(row: Row, env: NodeJS.ProcessEnv, preload: string): Promise<{ ms: number; node: string }> {
+  const args = ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', initScript(row.file)];
+  // cwd is the bundle's folder, as /var/task is on Lambda: nothing outside the bundle can be resolved from there.
+  const result = await execFileAsync(NODE, args, { env, cwd: join(row.file, '..'), timeout: 60_000 }).catch(
+    (err: { code?: number | string; stdout?: string; stderr?: string }) => {
+      throw new Error(`${row.id}: loading its bundle failed (exit ${err.code})\n${err.stderr ?? ''}${err.stdout ?? ''}`);
+    },
+  );
+  const line = /^INIT (.*)$/m.exec(result.stdout);
+  if (!line) throw new Error(`${row.id}: no init time reported\n${result.stderr}${result.stdout}`);
+  return JSON.parse(line[1]!) as { ms: number; node: string };
+}
+
+/**
+ * The init time of every bundle, BENCH_INIT_RUNS fresh processes each. Runs are sequential (parallel processes
+ * would measure the machine's contention) and round-robin over the handlers (round 1 of each, then round 2 …), so a
+ * burst of other work on the machine lands on all handlers alike instead of on one handler's every run. The median
+ * is the figure; the max shows how noisy the machine was. Returns the Node version the processes ran.
+ */
+async function measureInit(rows: Row[], preload: string): Promise<string> {
+  const runs = new Map<HandlerId, number[]>(rows.map((r) => [r.id, []]));
+  const envs = new Map(rows.map((r) => [r.id, lambdaEnvironment(FUNCTIONS.find((f) => f.id === r.id)!)]));
+  let node = '';
+  for (let round = 0; round < INIT_RUNS; round++) {
+    for (const row of rows) {
+      const once = await initOnce(row, envs.get(row.id)!, preload);
+      runs.get(row.id)!.push(once.ms);
+      node = once.node;
+    }
+  }
+  for (const row of rows) {
+    const times = runs.get(row.id)!;
+    row.init = { runs: times, medianMs: median(times), maxMs: Math.max(...times) };
+  }
+  return node;
+}
+
+// --- Report ----------------------------------------------------------------------------------------------------
+
+const meetsInit = (r: Row) => r.init !== undefined && r.init.medianMs <= TARGET.initMs;
+const meetsSize = (r: Row) => r.raw <= TARGET.bundleBytes;
+
+function targetLine(rows: Row[]): string {
+  const list = (xs: Row[]) => (xs.length ? xs.map((r) => r.id).join(', ') : 'none');
+  return (
+    `Target (issue 17): init ≤ ${TARGET.initMs} ms (median) and index.mjs ≤ 1 MB (${kb(TARGET.bundleBytes)}) minified. ` +
+    `Meeting both: ${list(rows.filter((r) => meetsInit(r) && meetsSize(r)))}. ` +
+    `Init within target: ${list(rows.filter(meetsInit))}. Size within target: ${list(rows.filter(meetsSize))}.`
+  );
+}
+
+function section(rows: Row[], initNode: string): string {
+  const [load1] = loadavg();
   return [
     HEADING,
     '',
@@ -74,9 +269,22 @@ function section(rows: Row[]): string {
     '',
     `Measured ${new Date().toISOString().slice(0, 10)} with esbuild ${esbuildVersion} on Node ${process.versions.node}.`,
     '',
-    '| Handler | Entry | index.mjs | gzip | index.mjs.map | Deployment package (≈ zip) |',
-    '|---|---|---:|---:|---:|---:|',
-    ...rows.map((r) => `| ${r.id} | \`${r.entry}\` | ${kb(r.raw)} | ${kb(r.gzip)} | ${kb(r.map)} | ${kb(r.packageZip)} |`),
+    '| Handler | Entry | index.mjs | gzip | index.mjs.map | Deployment package (≈ zip) | init (median / max ms) |',
+    '|---|---|---:|---:|---:|---:|---:|',
+    ...rows.map(
+      (r) =>
+        `| ${r.id} | \`${r.entry}\` | ${kb(r.raw)} | ${kb(r.gzip)} | ${kb(r.map)} | ${kb(r.packageZip)} | ` +
+        `${r.init ? `${ms(r.init.medianMs)} / ${ms(r.init.maxMs)}` : '–'} |`,
+    ),
+    '',
+    targetLine(rows),
+    '',
+    `Init: from just before \`import()\` of the bundle to the import resolved with a \`handler\` function, in ` +
+      `${INIT_RUNS} fresh \`node\` processes per handler (Node ${initNode}), with the function's deployed environment ` +
+      '(`NODE_OPTIONS=--enable-source-maps` included) and no network. Only our module’s load: it excludes Lambda’s ' +
+      'own runtime start (starting Node, the runtime interface client) and the download of the package. Measured on ' +
+      `this machine (${cpus().length} CPUs, load average ${load1!.toFixed(1)} when the report was written); Lambda ` +
+      'allots CPU in proportion to memory size, so the same load can take longer there, especially at 256 MB.',
     '',
     'Heaviest packages in each bundle (minified bytes):',
     '',
@@ -88,8 +296,9 @@ function section(rows: Row[]): string {
 const outdir = mkdtempSync(join(tmpdir(), 'bundle-size-'));
 try {
   const rows: Row[] = [];
-  for (const { id, entry } of bundledHandlers()) rows.push(await measure(id, entry, outdir));
-  const text = section(rows);
+  for (const { id, entry } of bundledHandlers()) rows.push(await measureSize(id, entry, outdir));
+  const initNode = await measureInit(rows, await buildPreload(outdir));
+  const text = section(rows, initNode);
   console.log(text);
   writeBenchmarkSection(HEADING, text);
   console.log(`Written to ${BENCHMARKS_DOC.slice(PROJECT_ROOT.length + 1)}`);
