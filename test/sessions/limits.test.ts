@@ -182,7 +182,9 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
     expect(client.frames.slice(client.frames.indexOf(lost) + 1)).toEqual([]);
     expect((await getSession(sessionId))?.conversation).toHaveLength(2);
 
-    // The session goes on from the conversation it had.
+    // The session goes on from the conversation it had. (In a second of its own: this file allows 3 frames a
+    // second, and everything above can happen within the first.)
+    await startOfSecond();
     client.send({ type: 'user', message: 'What colour?' });
     const after = (await client.untilResult()).at(-1);
     expect(after, JSON.stringify(after)).toMatchObject({ type: 'result', subtype: 'success', text: 'Echo: What colour?' });
