@@ -36,10 +36,11 @@ export class FrameOutbox {
     return this.connectionId;
   }
 
-  /** Sends the frames not yet posted to another connection (the session was resumed there). */
+  /** Sends the frames not yet posted to another connection (the session was resumed there), even after a 410. */
   retarget(sender: ConnectionSender, connectionId: string): void {
     this.sender = sender;
     this.connectionId = connectionId;
+    this.goneSeen = false;
   }
 
   send(frame: ServerFrame): void {
@@ -62,11 +63,17 @@ export class FrameOutbox {
     try {
       for (let frame = this.queue.shift(); frame && !this.goneSeen; frame = this.queue.shift()) {
         let delivered: boolean;
+        const to = this.connectionId;
         try {
-          delivered = await this.sender.send(this.connectionId, encodeFrame(frame));
+          delivered = await this.sender.send(to, encodeFrame(frame));
         } catch (err) {
           // A frame the management API would not take (throttled, failed) is lost, not the turn.
-          logger.warn('a /ws frame could not be posted', { connectionId: this.connectionId, frameType: frame.type, error: err as Error });
+          logger.warn('a /ws frame could not be posted', { connectionId: to, frameType: frame.type, error: err as Error });
+          continue;
+        }
+        if (!delivered && this.connectionId !== to) {
+          // Retargeted while it was being posted to the connection that left: it goes to the new one.
+          this.queue.unshift(frame);
           continue;
         }
         if (!delivered) {

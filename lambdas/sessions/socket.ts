@@ -173,13 +173,16 @@ async function startSession(frame: Extract<ClientFrame, { type: 'session.start' 
   await bindConnection(ctx.connectionId, session.sessionId);
   // A turn in progress continues on this connection: its frames, and the client tools it still waits for, come here.
   let turn = session.turn;
+  let now = session;
   if (turn && turn.connectionId !== ctx.connectionId) {
     const moved = await moveTurn(session.sessionId, turn.id, ctx.connectionId, ctx.callbackUrl);
     turn = moved.ok ? moved.session.turn : undefined;
+    // A turn that ended meanwhile is not said to be running: the session is answered as it is now.
+    now = (moved.ok ? moved.session : moved.seen) ?? session;
   }
-  const state = visibleState(session.state);
-  await ctx.reply({ type: 'session', sessionId: session.sessionId, resumed: true, state, messages: session.conversation.length });
-  if (session.state === 'awaiting_tools' && turn) {
+  const state = visibleState(now.state);
+  await ctx.reply({ type: 'session', sessionId: session.sessionId, resumed: true, state, messages: now.conversation.length });
+  if (now.state === 'awaiting_tools' && turn) {
     const calls = missingResults(turn);
     for (const call of calls) await ctx.reply({ type: 'tool_use', subtype: 'client', id: call.id, name: call.name, input: call.input });
   }

@@ -268,19 +268,27 @@ export async function requestStop(sessionId: string, turnId: string, stop: StopR
   );
 }
 
-/** Sends the turn's frames to another connection from now on (a session resumed on a new connection). */
+/**
+ * Sends the turn's frames to another connection from now on (a session resumed on a new connection). A stop the
+ * $disconnect of the turn's connection asked for is withdrawn: its client is back (a paused turn would otherwise be
+ * ended by it once resumed, and a running one end without a result). An interrupt stays.
+ */
 export async function moveTurn(sessionId: string, turnId: string, connectionId: string, callbackUrl: string, now = Date.now()): Promise<Moved> {
   const t = touched(now);
-  return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET turn.connectionId = :conn, turn.callbackUrl = :url, ${t.set}`,
-      ConditionExpression: 'turn.id = :turn',
-      ExpressionAttributeValues: { ':turn': turnId, ':conn': connectionId, ':url': callbackUrl, ...t.values },
-      ReturnValues: 'ALL_NEW',
-    }),
-  );
+  const move = async (withdraw: boolean) =>
+    moved(
+      await conditionalUpdate({
+        TableName: table(),
+        Key: sessionKey(sessionId),
+        UpdateExpression: `SET turn.connectionId = :conn, turn.callbackUrl = :url, ${t.set}${withdraw ? ' REMOVE turn.#stop' : ''}`,
+        ConditionExpression: `turn.id = :turn AND ${withdraw ? 'turn.#stop = :left' : '(attribute_not_exists(turn.#stop) OR turn.#stop <> :left)'}`,
+        ExpressionAttributeNames: { '#stop': 'stop' },
+        ExpressionAttributeValues: { ':turn': turnId, ':conn': connectionId, ':url': callbackUrl, ':left': 'disconnected', ...t.values },
+        ReturnValues: 'ALL_NEW',
+      }),
+    );
+  const plain = await move(false);
+  return !plain.ok && plain.seen?.turn?.id === turnId && plain.seen.turn.stop === 'disconnected' ? move(true) : plain;
 }
 
 // ——— connections ———

@@ -85,7 +85,7 @@ async function runSegment(
   if (turn.stop) {
     // Interrupted (or left) before a worker got to it.
     const state: RunState = { ...(paused?.run ?? FRESH), conversation: unrun ?? session.conversation };
-    return end(session, turn, state, outbox, turn.stop === 'interrupted' ? interruptedResult(state, session) : undefined);
+    return end(session, turn, state, outbox, follow, turn.stop === 'interrupted' ? interruptedResult(state, session) : LEFT);
   }
 
   const started = Date.now();
@@ -117,8 +117,7 @@ async function runSegment(
   if (watch.lost()) return;
 
   if (outcome.kind === 'ended') {
-    const result: ServerFrame | undefined = abort.signal.reason === CLIENT_GONE ? undefined : { ...outcome.result, sessionId };
-    return end(session, turn, outcome.state, outbox, result);
+    return end(session, turn, outcome.state, outbox, follow, abort.signal.reason === CLIENT_GONE ? LEFT : { ...outcome.result, sessionId });
   }
 
   const pausedNow: PausedRun = {
@@ -132,6 +131,8 @@ async function runSegment(
     return;
   }
   const savedTurn = saved.session.turn!;
+  // The frames go to the connection the turn is on now (a resume elsewhere may have moved it since the last poll).
+  follow(savedTurn.connectionId, savedTurn.callbackUrl);
   // An interrupt that arrived while the segment ended: the paused turn ends here instead.
   if (savedTurn.stop === 'interrupted') {
     const ended = await endPausedTurn(saved.session, savedTurn, pausedNow);
@@ -142,16 +143,46 @@ async function runSegment(
   for (const call of pausedNow.calls) if (call.client) outbox.send({ type: 'tool_use', subtype: 'client', id: call.id, name: call.name, input: call.input });
 }
 
-/** Writes the turn's end, then sends its result: a `user` frame sent on receipt finds the session idle. */
-async function end(session: SessionRecord, turn: TurnRecord, state: RunState, outbox: FrameOutbox, result: ServerFrame | undefined): Promise<void> {
+/** The result of a turn whose client left: none, unless the client came back on another connection (see end). */
+const LEFT = Symbol('left');
+
+/**
+ * Ends the turn: writes its end, then sends its result to the connection the turn is on at that moment. The end is
+ * written on the session as read, so a resume on another connection (moveTurn), told the turn is running, cannot slip
+ * in between and miss the result. A turn whose client left (LEFT: its $disconnect asked it to stop, or its connection
+ * answered 410) has nobody to tell — unless the client came back on another connection meanwhile: the result goes
+ * there, as an interrupt's.
+ */
+async function end(session: SessionRecord, turn: TurnRecord, state: RunState, outbox: FrameOutbox, follow: (connectionId: string, callbackUrl: string) => void, result: ServerFrame | typeof LEFT): Promise<void> {
+  const left = outbox.target;
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const now = await getSession(session.sessionId);
+    if (now?.turn?.id !== turn.id) break;
+    follow(now.turn.connectionId, now.turn.callbackUrl);
+    const given = result !== LEFT ? result : now.turn.connectionId !== left ? interruptedResult(state, session) : undefined;
+    if (await writeEnd(session, turn, state, outbox, given, now.version)) return;
+  }
+  // The turn moved on (the sweeper freed it), or kept changing: written as before, unpinned.
+  await writeEnd(session, turn, state, outbox, result === LEFT ? undefined : result);
+}
+
+/**
+ * Writes the turn's end, then sends its result: a `user` frame sent on receipt finds the session idle. With `version`,
+ * only on the session as read at that version: false (nothing written, nothing sent) when it changed since.
+ */
+async function writeEnd(session: SessionRecord, turn: TurnRecord, state: RunState, outbox: FrameOutbox, result: ServerFrame | undefined, version?: number): Promise<boolean> {
+  const opts = { from: ['queued', 'running'] as const, ...(version === undefined ? {} : { version }) };
   try {
-    const ended = await endTurn(session.sessionId, turn.id, state.conversation, { from: ['queued', 'running'] });
+    const ended = await endTurn(session.sessionId, turn.id, state.conversation, opts);
+    if (!ended.ok && version !== undefined) return false;
     if (!ended.ok) logger.warn('a /ws turn end could not be written: it moved on', { sessionId: session.sessionId, turnId: turn.id, state: ended.seen?.state });
   } catch (err) {
     if (!(err instanceof SessionTooLarge)) throw err;
     // The turn happened (and was charged), but its conversation cannot be kept: the session stays as before it.
-    await endTurn(session.sessionId, turn.id, undefined, { from: ['queued', 'running'] });
+    const ended = await endTurn(session.sessionId, turn.id, undefined, opts);
+    if (!ended.ok && version !== undefined) return false;
     outbox.send(errorFrame('session_too_large', err.message));
   }
   if (result) outbox.send(result);
+  return true;
 }
