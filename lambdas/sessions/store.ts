@@ -260,9 +260,18 @@ export async function requestStop(sessionId: string, turnId: string, stop: StopR
       TableName: table(),
       Key: sessionKey(sessionId),
       UpdateExpression: `SET turn.#stop = :stop, ${t.set}`,
-      ConditionExpression: `#state IN (:queued, :running) AND turn.id = :turn${opts.connectionId ? ' AND turn.connectionId = :conn' : ''}`,
+      // A client leaving does not replace its own interrupt: were it to come back, the interrupt must still hold.
+      ConditionExpression: `#state IN (:queued, :running) AND turn.id = :turn${opts.connectionId ? ' AND turn.connectionId = :conn' : ''}${stop === 'disconnected' ? ' AND (attribute_not_exists(turn.#stop) OR turn.#stop <> :interrupted)' : ''}`,
       ExpressionAttributeNames: { '#state': 'state', '#stop': 'stop' },
-      ExpressionAttributeValues: { ':queued': 'queued', ':running': 'running', ':turn': turnId, ':stop': stop, ...(opts.connectionId ? { ':conn': opts.connectionId } : {}), ...t.values },
+      ExpressionAttributeValues: {
+        ':queued': 'queued',
+        ':running': 'running',
+        ':turn': turnId,
+        ':stop': stop,
+        ...(opts.connectionId ? { ':conn': opts.connectionId } : {}),
+        ...(stop === 'disconnected' ? { ':interrupted': 'interrupted' } : {}),
+        ...t.values,
+      },
       ReturnValues: 'ALL_NEW',
     }),
   );
