@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { freePort, groupMembers, readyUrl } from './gateway-process.ts';
 
 /**
- * The real `npm start` (`npx tsx bin/local.ts`) as a child process in a process group of its own, with the
+ * The real `npm start` (`node --import tsx bin/local.ts`) as a child process in a process group of its own, with the
  * environment the caller chooses (e.g. an upstream that runs in the test process and so outlives the child), and a
  * `kill -9` of the whole group — the gateway, tsx, npx and DynamoDB Local's java alike — to crash it.
  */
@@ -31,7 +31,7 @@ export async function startRuntimeChild(opts: { dataDir: string; env?: Record<st
     env[k] = v;
   }
   Object.assign(env, { DATA_DIR: opts.dataDir, PORT: String(port), POWERTOOLS_LOG_LEVEL: 'ERROR' }, opts.env);
-  const child = spawn('npx', ['tsx', 'bin/local.ts'], { cwd: repoRoot, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn('npx', ['node', '--import', 'tsx', 'bin/local.ts'], { cwd: repoRoot, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const pgid = child.pid!;
   let output = '';
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
