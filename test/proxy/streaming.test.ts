@@ -31,8 +31,10 @@ describe('streaming is not buffered', () => {
     }
     expect(deltaTimes).toHaveLength(6);
     const gaps = deltaTimes.slice(1).map((t, i) => t - deltaTimes[i]!);
-    // Buffered output would deliver all deltas within a millisecond or two; each must arrive on its own.
-    for (const gap of gaps) expect(gap).toBeGreaterThan(25);
+    // Buffered output would deliver all deltas within a millisecond or two. On a loaded machine one late read can
+    // join two deltas (its gap shrinks, the next grows), so the median gap is what must stay near the 50 ms the upstream
+    // spaced them by, and the first delta must arrive long before the last.
+    expect([...gaps].sort((a, b) => a - b)[2]).toBeGreaterThan(25);
     expect(deltaTimes.at(-1)! - deltaTimes[0]!).toBeGreaterThan(200);
     const names = [...text.matchAll(/^event: (\w+)$/gm)].map((m) => m[1]);
     expect(names).toEqual([
