@@ -17,6 +17,7 @@ async function main() {
     dynamoPort: process.env.DYNAMODB_PORT ? Number(process.env.DYNAMODB_PORT) : undefined,
     // One readable line per request, so a newcomer sees what each client sent and what it was answered.
     accessLog: (line) => console.log(line),
+    accessLogJson: process.env.LOCAL_ACCESS_LOG === 'json',
   });
   const dev = await ensureDevelopmentProject({ simulated: gw.simulated });
 

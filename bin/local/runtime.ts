@@ -11,7 +11,7 @@ import { FUNCTIONS, type FunctionSpec } from '../../lambdas/handlers/manifest.ts
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
-import { formatAccessLine, setAccessLogSink } from '../../lambdas/observability/access-log.ts';
+import { formatAccessLine, setAccessLogSink, type AccessRecord } from '../../lambdas/observability/access-log.ts';
 import { QUEUES, queueSpec, type QueueName } from '../../lambdas/store/queues.ts';
 import { PROJECT_ROOT } from '../../lib/bundling.ts';
 import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
@@ -47,6 +47,8 @@ export interface GatewayOptions {
   invocationTimeoutMs?: number;
   /** Prints one readable access-log line per request (npm start); by default the handlers' structured log is used. */
   accessLog?: (line: string) => void;
+  /** Each access-log line as `{"access": {…record}}` instead, phases included (LOCAL_ACCESS_LOG=json; the bench reads it). */
+  accessLogJson?: boolean;
   /** The functions to serve: the manifest (lambdas/handlers/manifest.ts) unless a test passes a variant. */
   functions?: readonly FunctionSpec[];
   /**
@@ -76,6 +78,11 @@ export interface RunningGateway {
    * run in progress, if there is one: a function never runs twice at once). Rejects with the handler's error.
    */
   invokeScheduled(functionId: string): Promise<void>;
+  /**
+   * Resolves when every HTTP invocation under way has returned, as Lambda's would: a response is delivered before its
+   * settlement is written (docs/architecture.md), so a test that reads the ledger right after an answer waits for this.
+   */
+  invocationsDone(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -342,17 +349,24 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
 
     if (opts.accessLog) {
       const print = opts.accessLog;
-      setAccessLogSink((record) => print(formatAccessLine(record)));
+      const format = opts.accessLogJson ? (record: Readonly<AccessRecord>) => JSON.stringify({ access: record }) : formatAccessLine;
+      setAccessLogSink((record) => print(format(record)));
       cleanups.push(() => setAccessLogSink(undefined));
     }
+    const invocations = new Set<Promise<void>>();
+    const invocationsDone = async () => {
+      await Promise.allSettled([...invocations]);
+    };
     const serve = (req: IncomingMessage, res: ServerResponse) => {
-      void route(req, res, { ...http, invocationTimeoutMs: opts.invocationTimeoutMs }).catch((err: unknown) => {
+      const invocation = route(req, res, { ...http, invocationTimeoutMs: opts.invocationTimeoutMs }).catch((err: unknown) => {
         console.error(`local runtime failed: ${(err as Error)?.stack ?? String(err)}`);
         if (!res.headersSent && !res.destroyed) {
           res.writeHead(500, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ error: 'local_runtime_error', message: (err as Error).message }));
         } else res.destroy();
       });
+      invocations.add(invocation);
+      void invocation.finally(() => invocations.delete(invocation));
     };
     // Routing never reads the Host header, so a request without one (HTTP/1.0 style) is served, not refused bare.
     const server = createServer({ requireHostHeader: false }, serve);
@@ -390,7 +404,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       chmodSync(join(dataDir, 'runtime.json'), 0o600);
       cleanups.push(() => rmSync(join(dataDir, 'runtime.json'), { force: true }));
     }
-    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, ...(websocket ? { websocket } : {}), invokeScheduled, stop: stopAll };
+    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, ...(websocket ? { websocket } : {}), invokeScheduled, invocationsDone, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;

@@ -52,7 +52,10 @@ export interface WindowUsage {
   openHolds: number;
 }
 
-export type ReserveResult = { ok: true; reservation: Reservation } | { ok: false; usage: WindowUsage; exhausted: Meter[] };
+export type ReserveResult =
+  /** `committed`: the window's used + reserved right after this reservation was added (its own hold included). */
+  | { ok: true; reservation: Reservation; committed: Amounts }
+  | { ok: false; usage: WindowUsage; exhausted: Meter[] };
 
 const METERS: Meter[] = ['ai', 'compute'];
 const table = () => env().USAGE_TABLE;
@@ -146,8 +149,13 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
       ConditionExpression: conditions.join(' AND '),
       ExpressionAttributeNames: { '#id': id },
       ExpressionAttributeValues: values,
+      // The counters as this write left them: what remains can be told without another read (the proxy's header).
+      ReturnValues: 'UPDATED_NEW',
     });
-    if (written.ok) return { ok: true, reservation: { id, key, held: { ...input.amounts }, expiresAt } };
+    if (written.ok) {
+      const after = (m: Meter) => (typeof written.attributes?.[`${m}Committed`] === 'number' ? (written.attributes[`${m}Committed`] as number) : 0);
+      return { ok: true, reservation: { id, key, held: { ...input.amounts }, expiresAt }, committed: { ai: after('ai'), compute: after('compute') } };
+    }
     const item = written.seen;
     if (!item || !('holds' in item)) {
       await ensureWindowItem(key);

@@ -3,7 +3,7 @@ import { executionModeStreamifyResponse } from '@middy/core/StreamifyResponse';
 import type { LambdaFunctionURLEvent } from 'aws-lambda';
 import type { HttpApp } from '../http/app.ts';
 import { requestFromFunctionUrl, streamingHandler, streamingResultFrom } from '../http/function-url.ts';
-import { settlementsInFlight } from '../metering/settlements.ts';
+import { unfinishedWork } from '../instance/unfinished.ts';
 import { logger } from '../observability/logger.ts';
 import { observability } from './middleware.ts';
 
@@ -14,9 +14,10 @@ import { observability } from './middleware.ts';
 export function streamingFunction(app: HttpApp) {
   const inner = middy<LambdaFunctionURLEvent>({
     executionMode: executionModeStreamifyResponse,
-    // Runs after the response has been piped or broken off: no charge is still being written when the invocation
-    // ends (Lambda may freeze the instance as soon as it returns).
-    requestEnd: settlementsInFlight,
+    // Runs after the response has been piped or broken off: the settlements that waited for the answer to be
+    // delivered are written now, and none is still being written when the invocation ends (Lambda may freeze the
+    // instance as soon as it returns).
+    requestEnd: unfinishedWork,
   })
     .use(observability())
     .handler(async (event) => streamingResultFrom(await app.fetch(() => requestFromFunctionUrl(event))));

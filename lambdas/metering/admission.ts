@@ -33,6 +33,8 @@ export interface WorstCase {
 
 export interface Admission {
   reservation: Reservation;
+  /** The window's AI used + reserved right after the reservation (its own hold included). */
+  committedAi: number;
   /** The body to forward: the client's, or a copy with `max_tokens` lowered and/or web-search `max_uses` set. */
   body: MessagesRequest;
   /** Set when `max_tokens` was lowered to fit the budget. */
@@ -122,7 +124,7 @@ export async function admit(
     if (result.ok) {
       const clamped = maxTokens < clientBody.max_tokens;
       const body = clamped ? { ...forwarded, max_tokens: maxTokens } : forwarded;
-      return { ok: true, admission: { reservation: result.reservation, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase } };
+      return { ok: true, admission: { reservation: result.reservation, committedAi: result.committed.ai, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase } };
     }
     usage = result.usage;
     const room = caller.budget.ai - usage.used.ai - usage.reserved.ai;

@@ -3,7 +3,8 @@ import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
 import type { Reservation } from '../budgets/ledger.ts';
 import { env } from '../config/env.ts';
-import { accessRecord } from '../observability/access-log.ts';
+import { deferUntilReturn, finishBeforeReturn } from '../instance/unfinished.ts';
+import { accessRecord, holdAccessLog, timePhase, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
@@ -19,7 +20,7 @@ import { encodeSse } from '../streaming/sse.ts';
 import { MessageAccumulator } from './accumulator.ts';
 import { admit } from './admission.ts';
 import { pricingFor } from './model-access.ts';
-import { settleCharge, track } from './settlements.ts';
+import { settleCharge } from './settlements.ts';
 import { producedByMessage, trustedAnthropicUsage } from './usage.ts';
 
 /**
@@ -49,19 +50,28 @@ export interface ModelCallInput {
   now?: Date;
 }
 
-/** What a settled call cost. */
+/** What a call cost. */
 export interface CallCharge {
   microdollars: number;
   /** The tokens charged (absent when the upstream's own reported cost was used). */
   tokens?: TokenUsage;
-  /** What is left of the window's AI budget right after settling; absent when the ledger could not say. */
+  /**
+   * What is left of the window's AI budget once this call is settled: budget − used − reserved, from the counters the
+   * ledger returned (the reservation's, for a JSON answer, whose charge is settled only after it is delivered); absent
+   * when the ledger could not say.
+   */
   remaining?: number;
 }
 
 export type ModelCall =
   /** `charge`: what a call that failed after admission was still charged (an aborted call's input bound). */
   | { ok: false; refusal: Refusal; clampedMaxTokens?: number; charge?: CallCharge }
-  | ({ ok: true; kind: 'message'; message: Anthropic.Message; clampedMaxTokens?: number } & { charge: CallCharge })
+  /**
+   * `charge` is known before it is settled; `settle` writes it (once, however often it is called). It is work the
+   * invocation finishes before it returns (instance/unfinished.ts): a caller that does not start it — the proxy
+   * starts it once the answer has been delivered — has it started by the handler's end.
+   */
+  | { ok: true; kind: 'message'; message: Anthropic.Message; clampedMaxTokens?: number; charge: CallCharge; settle: () => Promise<unknown> }
   | { ok: true; kind: 'stream'; stream: MeteredStream; clampedMaxTokens?: number };
 
 export interface MeteredStream {
@@ -135,11 +145,18 @@ function providerRequest(resolved: ResolvedModel, input: ModelCallInput, body: M
 /** One metered model call; see the module comment. Failures of the gateway itself (not refusals) are thrown. */
 export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   const { caller, body } = input;
+  const log = accessRecord();
+  let phaseStart = performance.now();
   const resolved = await resolveModel(caller, body.model);
+  timePhase(log, 'project', phaseStart);
   if ('kind' in resolved) return { ok: false, refusal: resolved };
+  phaseStart = performance.now();
   const pricing = await requirePricing(resolved, body.model);
+  timePhase(log, 'pricing', phaseStart);
   if ('kind' in pricing) return { ok: false, refusal: pricing };
+  phaseStart = performance.now();
   const admitted = await admit(caller, pricing, body, input.now, input.capMicros);
+  timePhase(log, 'reservation', phaseStart);
   if (!admitted.ok) return { ok: false, refusal: admitted.refusal };
   const { admission } = admitted;
   const { reservation } = admission;
@@ -155,17 +172,16 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   try {
     result = await resolved.provider.send(providerRequest(resolved, input, admission.body, rawBody, input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal));
   } catch (err) {
-    await track(settleCharge(reservation, 0, context));
+    await finishBeforeReturn(settleCharge(reservation, 0, context));
     throw err;
   }
-  const log = accessRecord();
   log.upstreamMs = Date.now() - started;
   emit('UpstreamLatency', log.upstreamMs);
 
   if (result.kind === 'error') {
     // Aborted by the caller: the provider may have billed the input it had read.
     const micros = input.signal?.aborted ? charge(pricing, { input_tokens: admission.worstCase.inputTokens, output_tokens: 0 }).microdollars : 0;
-    const outcome = await track(settleCharge(reservation, micros, context));
+    const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context));
     log.costMicrodollars = micros;
     return { ok: false, refusal: { kind: 'upstream', status: result.status, body: result.body }, clampedMaxTokens, charge: chargeOf(caller, micros, undefined, outcome) };
   }
@@ -180,9 +196,12 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     };
     const reported = reportedCost(result.reportedCostMicros, context);
     const micros = reported ?? charge(pricing, tokens).microdollars;
-    const outcome = await track(settleCharge(reservation, micros, context));
     log.costMicrodollars = micros;
-    return { ok: true, kind: 'message', message: result.message, clampedMaxTokens, charge: chargeOf(caller, micros, reported === undefined ? tokens : undefined, outcome) };
+    // Settled after delivery: the charge is known now, and what will remain follows from the reservation's counters.
+    const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context));
+    const remaining = Math.max(0, caller.budget.ai - (admission.committedAi - reservation.held.ai + micros));
+    const callCharge: CallCharge = { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) };
+    return { ok: true, kind: 'message', message: result.message, clampedMaxTokens, charge: callCharge, settle };
   }
 
   const charged = (accumulator: MessageAccumulator): { micros: number; tokens?: TokenUsage } => {
@@ -193,6 +212,14 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     return { micros: charge(pricing, tokens).microdollars, tokens };
   };
   return { ok: true, kind: 'stream', stream: meteredStream(result, { caller, charged, reservation, upstream, signal: input.signal, context }), clampedMaxTokens };
+}
+
+/** The settlement write, timed as the request's `settle` phase. */
+async function timedSettle(log: AccessRecord, reservation: Reservation, micros: number, context: Record<string, unknown>) {
+  const started = performance.now();
+  const outcome = await settleCharge(reservation, micros, context);
+  timePhase(log, 'settle', started);
+  return outcome;
 }
 
 function chargeOf(caller: Caller, micros: number, tokens: TokenUsage | undefined, outcome: Awaited<ReturnType<typeof settleCharge>>): CallCharge {
@@ -233,9 +260,13 @@ interface StreamMetering {
   context: Record<string, unknown>;
 }
 
+/** Resolves on the next turn of the event loop: what was just written reaches the socket before work that follows. */
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 /**
- * Passes the provider's SSE bytes through as they arrive while the accumulator reads them. The charge is settled
- * before the stream closes (so a Lambda never freezes with it pending); a broken upstream becomes an `event: error`;
+ * Passes the provider's SSE bytes through as they arrive while the accumulator reads them. The stream closes first
+ * and the charge is settled after (the client does not wait for the ledger write; the settlement is work the
+ * invocation finishes before it returns, so a Lambda never freezes with it pending); a broken upstream becomes an `event: error`;
  * a reader that goes away (or a caller's abort) stops the upstream and is charged for what was produced — after
  * reading on, briefly, to the provider's `message_start` if it left before that, so the input is charged as the
  * provider counted it rather than at the gateway's bound.
@@ -244,22 +275,26 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
   const reader = result.body.getReader();
   const accumulator = new MessageAccumulator();
   const log = accessRecord();
+  const opened = performance.now();
   let settled: Promise<CallCharge> | undefined;
   let resolveSettled!: (charge: CallCharge) => void;
   const settledOnce = new Promise<CallCharge>((resolve) => (resolveSettled = resolve));
-  // Tracked at once (before `before` runs), so a handler's wait for settlements already sees it.
+  // Tracked at once (before `before` runs), so a handler's wait for settlements already sees it, and the request's
+  // access line waits for it to carry the charge.
   const finish = (before?: () => Promise<void>) => {
-    settled ??= track(
+    if (settled) return settled;
+    settled = finishBeforeReturn(
       (async () => {
         await before?.().catch(() => undefined);
         accumulator.end();
         const { micros, tokens } = m.charged(accumulator);
         log.costMicrodollars = micros;
-        const charge = chargeOf(m.caller, micros, tokens, await settleCharge(m.reservation, micros, m.context));
+        const charge = chargeOf(m.caller, micros, tokens, await timedSettle(log, m.reservation, micros, m.context));
         resolveSettled(charge);
         return charge;
       })(),
     );
+    holdAccessLog(log, settled);
     return settled;
   };
   const readToInputReport = async () => {
@@ -285,10 +320,11 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
         try {
           const { done, value } = await reader.read();
           if (done) {
-            await finish();
+            void finish(nextTurn);
             controller.close();
             return;
           }
+          if (!log.phases?.firstByte) timePhase(log, 'firstByte', opened);
           accumulator.push(value);
           controller.enqueue(value);
         } catch (err) {
@@ -303,7 +339,7 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
           controller.enqueue(
             encodeSse('error', anthropicError('api_error', isTimeout(err) ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream')),
           );
-          await finish();
+          void finish(nextTurn);
           controller.close();
         }
       },

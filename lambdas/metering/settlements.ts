@@ -1,32 +1,6 @@
 import { settle, type Reservation, type SettleOutcome } from '../budgets/ledger.ts';
-import { onInstanceReset } from '../instance/state.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
-
-/**
- * Settlements still being written to the ledger. An invocation must not end with any: Lambda may freeze the
- * instance as soon as it returns, and the charge would then wait for the sweep. A cancelled stream's `cancel()`
- * awaits its settlement and the response pipe waits for `cancel()`; every handler also awaits this set before it
- * returns, so the guarantee does not rest on how a body happens to be piped.
- */
-const pending = new Set<Promise<unknown>>();
-onInstanceReset(() => pending.clear());
-
-/** Registers a settlement until it completes. */
-export function track<T>(settlement: Promise<T>): Promise<T> {
-  const tracked = settlement.finally(() => pending.delete(tracked));
-  pending.add(tracked);
-  return tracked;
-}
-
-export async function settlementsInFlight(): Promise<void> {
-  await Promise.allSettled([...pending]);
-}
-
-/** How many settlements are still being written. */
-export function unsettledCount(): number {
-  return pending.size;
-}
 
 /**
  * Turns a reservation into what the call cost. A ledger failure never loses the answer: the hold stays, expires,

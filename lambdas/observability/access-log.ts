@@ -22,6 +22,42 @@ export interface AccessRecord {
   totalMs?: number;
   /** The client went away before the whole response was delivered. */
   clientClosed?: boolean;
+  /** Where a metered request's time went, in milliseconds (docs/benchmarks.md, "Phases"). */
+  phases?: Partial<Record<Phase, number>>;
+}
+
+/**
+ * The phases of a metered request, in order: reading and validating the body, verifying the token, resolving the
+ * project and credential, pricing, the reservation (estimate and ledger write), the upstream's response headers
+ * (`connect`), its first body chunk after them (`firstByte`; for a JSON answer, the whole body), and the
+ * settlement write, which happens after the answer has been delivered.
+ */
+export type Phase = 'parse' | 'token' | 'project' | 'pricing' | 'reservation' | 'connect' | 'firstByte' | 'settle';
+
+/** Records phase `name` of `record` as the time since `since` (a `performance.now()` reading), to 0.01 ms. */
+export function timePhase(record: AccessRecord, name: Phase, since: number): void {
+  (record.phases ??= {})[name] = Math.round((performance.now() - since) * 100) / 100;
+}
+
+const holds = new WeakMap<AccessRecord, Promise<unknown>[]>();
+
+/**
+ * Keeps `record`'s line from being written before `work` ends: a settlement that runs after the answer has been
+ * delivered still belongs on the request's line (its charge, its time).
+ */
+export function holdAccessLog(record: AccessRecord, work: Promise<unknown>): void {
+  const list = holds.get(record);
+  if (list) list.push(work);
+  else holds.set(record, [work]);
+}
+
+/** Writes the line once everything holding it has ended; returns when it is written. */
+export async function writeAccessLogWhenReleased(record: AccessRecord): Promise<void> {
+  for (let held = holds.get(record); held?.length; held = holds.get(record)) {
+    holds.delete(record);
+    await Promise.allSettled(held);
+  }
+  writeAccessLog(record);
 }
 
 export type AccessLogSink = (record: Readonly<AccessRecord>) => void;

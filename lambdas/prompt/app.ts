@@ -7,7 +7,7 @@ import { authenticate } from '../auth/authenticate.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';
 import { Router } from '../http/router.ts';
-import { track } from '../metering/settlements.ts';
+import { finishBeforeReturn } from '../instance/unfinished.ts';
 import { logger } from '../observability/logger.ts';
 import { admitRun } from '../plans/admission.ts';
 import { describeIssue } from '../proxy/schema.ts';
@@ -48,7 +48,7 @@ async function handlePrompt(req: Request): Promise<Response> {
   let push: ((chunk: Uint8Array) => void) | undefined;
 
   // The run, and after it what it leaves behind — the lease, the compute — tracked so the invocation waits for both.
-  const run = track(
+  const run = finishBeforeReturn(
     runAdmitted({
       caller,
       admission,

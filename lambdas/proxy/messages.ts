@@ -1,6 +1,7 @@
+import { afterDelivery } from '../http/app.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';
 import { countTokens, meteredCall } from '../metering/call.ts';
-import { accessRecord } from '../observability/access-log.ts';
+import { accessRecord, timePhase } from '../observability/access-log.ts';
 import type { MessagesRequest, ProviderRequest } from '../providers/types.ts';
 import { anthropicRefusal } from '../refusals/anthropic.ts';
 import { Refused } from '../refusals/refusal.ts';
@@ -20,12 +21,17 @@ export const REMAINING_HEADER = 'x-gateway-budget-remaining-microdollars';
 export const MAX_TOKENS_HEADER = 'x-gateway-max-tokens';
 
 async function readRequest(req: Request, schema: typeof MessagesBody | typeof CountTokensBody) {
+  const log = accessRecord();
+  let phaseStart = performance.now();
   const caller = await proxyCaller(req);
+  timePhase(log, 'token', phaseStart);
+  phaseStart = performance.now();
   const rawBody = await readBodyText(req);
   const parsed = schema.safeParse(parseJsonBody(rawBody));
   if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
   const body = parsed.data as unknown as MessagesRequest;
-  accessRecord().model = body.model;
+  timePhase(log, 'parse', phaseStart);
+  log.model = body.model;
   return { caller, body, rawBody, anthropicHeaders: anthropicHeaders(req) };
 }
 
@@ -39,6 +45,8 @@ export async function handleMessages(req: Request): Promise<Response> {
   const clamp: Record<string, string> = call.clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(call.clampedMaxTokens) };
   if (!call.ok) return anthropicRefusal(call.refusal, clamp);
   if (call.kind === 'message') {
+    // The charge is written once the answer has been handed over; both headers are known before that.
+    afterDelivery(call.settle);
     const headers: Record<string, string> = { ...clamp, [COST_HEADER]: String(call.charge.microdollars) };
     if (call.charge.remaining !== undefined) headers[REMAINING_HEADER] = String(call.charge.remaining);
     return Response.json(call.message, { headers });

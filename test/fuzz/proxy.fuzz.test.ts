@@ -204,6 +204,8 @@ function expectedCharge(res: RawResponse, exp: Expectation): number | undefined 
 
 async function ledgerProblems(exp: Expectation, res: RawResponse): Promise<string[]> {
   const caller = exp.caller!;
+  // The answer is delivered before its settlement is written: read the ledger once the invocation has returned.
+  await gw.invocationsDone();
   const usage = await readUsage({ projectId: ctx.projectId, userId: caller.sub, budget: caller.budget });
   const problems: string[] = [];
   if (usage.openHolds !== 0 || usage.reserved.ai !== 0) problems.push(`a hold is left for ${caller.sub}: openHolds ${usage.openHolds}, reserved ${usage.reserved.ai} µ$`);

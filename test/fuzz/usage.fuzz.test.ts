@@ -161,6 +161,7 @@ async function exerciseUsage(c: { method: string; path: string; host?: string; c
   const sentAt = Date.now();
   const res = await send(raw, context);
   const receivedAt = Date.now();
+  await gw.invocationsDone(); // a settlement lands after its answer
   count(`${exp.app} ${res.status}`);
   const problems: string[] = [];
   // Headers near Node's limit may be refused by its parser (431) before the gateway sees the request.
@@ -228,6 +229,8 @@ describe('usage fuzz', () => {
               const raw: RawRequest = { method: 'POST', path: '/v1/messages', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(request) };
               const context = () => `\n  budget ${JSON.stringify(budget)}, used before ${usedBefore}\n  repro: ${curlFor(gw.url, raw)}`;
               const res = await send(raw, context);
+              // Its settlement is written after the answer: the next request (and the figures) come once it returned.
+              await gw.invocationsDone();
               count(`spend ${res.status}${res.headers['x-gateway-max-tokens'] ? ' (max_tokens lowered)' : ''}`);
               const problems = responseProblems(res, 'proxy', 'POST');
               const floor = ctx.limits.minOutputTokens;

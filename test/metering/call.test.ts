@@ -76,6 +76,10 @@ describe.each([
     const expected = charge(pricing(), call.message.usage).microdollars;
     expect(call.charge.microdollars).toBe(expected);
     expect(call.charge.remaining).toBe(c.budget.ai - expected);
+    // Known before it is written: the settlement waits for its caller (the proxy: once the answer is delivered).
+    expect((await usageOf(c)).reserved.ai).toBe(worst);
+    await call.settle();
+    await call.settle(); // once, however often it is asked for
     const usage = await usageOf(c);
     expect(usage.used.ai).toBe(expected);
     expect(usage.reserved.ai).toBe(0);

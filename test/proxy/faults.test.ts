@@ -143,7 +143,7 @@ describe('upstream failures', () => {
   it('the invocation does not end before a disconnected client has been charged', async () => {
     // The channeling handler served by hand, so the test knows the moment the invocation returns (as Lambda would).
     const { handler } = await import('../../lambdas/handlers/channeling.ts');
-    const { unsettledCount: unsettledStreams } = await import('../../lambdas/metering/settlements.ts');
+    const { unfinishedCount: unsettledStreams } = await import('../../lambdas/instance/unfinished.ts');
     let invocation: Promise<void> | undefined;
     const server: Server = createServer((req, res) => {
       // Called directly (not through invokeStreaming, which forgives failures) to see how the invocation itself ends.

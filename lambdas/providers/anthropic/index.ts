@@ -1,5 +1,6 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import { env } from '../../config/env.ts';
+import { accessRecord, timePhase } from '../../observability/access-log.ts';
 import { withIdleTimeout } from '../../streaming/idle-timeout.ts';
 import { upstreamUnreachable } from '../errors.ts';
 import type { CountResult, Provider, ProviderRequest, ProviderResult } from '../types.ts';
@@ -16,6 +17,7 @@ type ErrorResult = Extract<ProviderResult, { kind: 'error' }>;
 /** POSTs the client's bytes to `path`: the upstream's answer when it is a 2xx, else the error it maps to. */
 async function call(req: ProviderRequest, path: string): Promise<Response | ErrorResult> {
   let res: Response;
+  const started = performance.now();
   try {
     res = await fetch(endpoint(req, path), {
       method: 'POST',
@@ -26,6 +28,7 @@ async function call(req: ProviderRequest, path: string): Promise<Response | Erro
   } catch (err) {
     return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
   }
+  timePhase(accessRecord(), 'connect', started);
   return res.ok ? res : errorResult(res);
 }
 
@@ -43,7 +46,11 @@ export const anthropicProvider: Provider = {
       return { kind: 'stream', body: withIdleTimeout(res.body, req.timeoutMs) };
     }
     try {
-      return { kind: 'message', message: (await res.json()) as Anthropic.Message };
+      const started = performance.now();
+      const message = (await res.json()) as Anthropic.Message;
+      // For a JSON answer the whole body: it is what the gateway waits for before answering.
+      timePhase(accessRecord(), 'firstByte', started);
+      return { kind: 'message', message };
     } catch (err) {
       return { kind: 'error', ...upstreamUnreachable('anthropic', err, req.timeoutMs) };
     }
