@@ -9,7 +9,7 @@
  * Knob: BENCH_INIT_RUNS (fresh processes per handler for the init time, default 7).
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -45,6 +45,11 @@ interface Init {
   runs: number[];
   medianMs: number;
   maxMs: number;
+  /**
+   * CPU time (user + system, all of the process's threads) over the same span, one per process: what the load
+   * costs, which a busy machine inflates far less than the elapsed time.
+   */
+  cpuMedianMs: number;
 }
 
 interface Row {
@@ -63,8 +68,10 @@ interface Row {
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(1)} KB`;
 const ms = (value: number) => value.toFixed(0);
 
-/** `node_modules/@scope/name/...` → `@scope/name`; project files → `(project)`. */
+/** `node_modules/@scope/name/...` → `@scope/name`; the generated price table → `(price catalog)`; project files → `(project)`. */
 function packageOf(input: string): string {
+  // The price table generated from @pydantic/genai-prices (lambdas/pricing/generate-catalog.ts) is data, not code.
+  if (input.endsWith('lambdas/pricing/catalog.generated.ts')) return '(price catalog)';
   const at = input.lastIndexOf('node_modules/');
   if (at < 0) return '(project)';
   const parts = input.slice(at + 'node_modules/'.length).split('/');
@@ -166,26 +173,46 @@ function lambdaEnvironment(spec: FunctionSpec): NodeJS.ProcessEnv {
 }
 
 /**
- * Builds the module every measuring process loads with `--import` before the bundle: the cold-import test's preload
- * (test/lib/offline-preload.ts). It installs the `awslambda` globals Lambda's runtime provides (streaming handlers
- * call `awslambda.streamifyResponse` at load) and makes any socket connect or DNS lookup fail the process — so each
- * measurement also verifies that loading a handler makes no network call (an SDK client resolving credentials or an
- * endpoint at load would both fail the run and distort the figure). It runs before the clock starts: Lambda's
- * runtime has its own modules loaded before it imports ours too.
+ * Builds the modules every measuring process loads with `--import` before the bundle, before the clock starts:
+ *
+ * 1. The cold-import test's preload (test/lib/offline-preload.ts). It installs the `awslambda` globals Lambda's
+ *    runtime provides (streaming handlers call `awslambda.streamifyResponse` at load) and makes any socket connect or
+ *    DNS lookup fail the process — so each measurement also verifies that loading a handler makes no network call (an
+ *    SDK client resolving credentials or an endpoint at load would both fail the run and distort the figure).
+ * 2. What Lambda's Node.js runtime interface client has loaded before it imports the handler: `node:http`, with the
+ *    keep-alive Agent it talks to the Runtime API through (RUNTIME_CLIENT_PRELOAD). Without it, the first `node:http`
+ *    import — which the AWS SDK's request handler makes — would be charged to our module although on Lambda it is
+ *    already done (about 40 ms on Node 22: it also loads Node's internal undici).
  */
-async function buildPreload(outdir: string): Promise<string> {
-  const outfile = join(outdir, 'offline-preload.mjs');
+async function buildPreloads(outdir: string): Promise<string[]> {
+  const offline = join(outdir, 'offline-preload.mjs');
   await build({
     entryPoints: [join(PROJECT_ROOT, 'test/lib/offline-preload.ts')],
-    outfile,
+    outfile: offline,
     bundle: true,
     platform: 'node',
     format: 'esm',
     target: HANDLER_BUNDLE.target,
     logLevel: 'error',
   });
-  return outfile;
+  const runtimeClient = join(outdir, 'runtime-client-preload.mjs');
+  writeFileSync(runtimeClient, RUNTIME_CLIENT_PRELOAD);
+  return [offline, runtimeClient];
 }
+
+/**
+ * The part of Lambda's runtime start that precedes our import, as far as it shapes our module's load: the runtime
+ * interface client (github.com/aws/aws-lambda-nodejs-runtime-interface-client) creates its Runtime API client before
+ * it loads the handler (`createRuntime` in src/utils/runtime-setup.ts awaits `RAPIDClient.create` and only then
+ * `UserFunctionLoader.load`; in the older releases, src/index.mjs builds `new RAPIDClient(…)` before
+ * `UserFunction.load`), and that client loads `node:http` (`cjsRequire("node:http")` at the top of
+ * src/client/rapid-client.ts; `require('http')` in the older src/RAPIDClient.js constructor) and makes a keep-alive
+ * `Agent` with `maxSockets: 1` for its requests. Only that is reproduced: nothing the runtime does not demonstrably
+ * load.
+ */
+const RUNTIME_CLIENT_PRELOAD = `import { Agent } from 'node:http';
+globalThis.__runtimeApiAgent = new Agent({ keepAlive: true, maxSockets: 1 });
+`;
 
 /**
  * What each measuring process runs: the clock starts after Node itself has started (Lambda's runtime start, its
@@ -194,16 +221,19 @@ async function buildPreload(outdir: string): Promise<string> {
  * statement of every bundled module — and `handler` is a function, which is when Lambda could invoke it.
  */
 function initScript(bundle: string): string {
-  return `const start = performance.now();
+  return `const cpu = process.cpuUsage();
+const start = performance.now();
 const mod = await import(${JSON.stringify(pathToFileURL(bundle).href)});
 const elapsed = performance.now() - start;
+const used = process.cpuUsage(cpu);
 if (typeof mod.handler !== 'function') { console.error('the bundle exports no handler function'); process.exit(2); }
-console.log('INIT ' + JSON.stringify({ ms: elapsed, node: process.versions.node }));`;
+console.log('INIT ' + JSON.stringify({ ms: elapsed, cpuMs: (used.user + used.system) / 1000, node: process.versions.node }));`;
 }
 
-/** One fresh process loading one bundle: its init time and the Node version it ran. */
-async function initOnce(row: Row, env: NodeJS.ProcessEnv, preload: string): Promise<{ ms: number; node: string }> {
-  const args = ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', initScript(row.file)];
+/** One fresh process loading one bundle: its init time, the CPU time it took and the Node version it ran. */
+async function initOnce(row: Row, env: NodeJS.ProcessEnv, preloads: string[]): Promise<{ ms: number; cpuMs: number; node: string }> {
+  const imports = preloads.flatMap((file) => ['--import', pathToFileURL(file).href]);
+  const args = [...imports, '--input-type=module', '-e', initScript(row.file)];
   // cwd is the bundle's folder, as /var/task is on Lambda: nothing outside the bundle can be resolved from there.
   const result = await execFileAsync(NODE, args, { env, cwd: join(row.file, '..'), timeout: 60_000 }).catch(
     (err: { code?: number | string; stdout?: string; stderr?: string }) => {
@@ -212,7 +242,7 @@ async function initOnce(row: Row, env: NodeJS.ProcessEnv, preload: string): Prom
   );
   const line = /^INIT (.*)$/m.exec(result.stdout);
   if (!line) throw new Error(`${row.id}: no init time reported\n${result.stderr}${result.stdout}`);
-  return JSON.parse(line[1]!) as { ms: number; node: string };
+  return JSON.parse(line[1]!) as { ms: number; cpuMs: number; node: string };
 }
 
 /**
@@ -221,25 +251,31 @@ async function initOnce(row: Row, env: NodeJS.ProcessEnv, preload: string): Prom
  * burst of other work on the machine lands on all handlers alike instead of on one handler's every run. The median
  * is the figure; the max shows how noisy the machine was. Returns the Node version the processes ran.
  */
-async function measureInit(rows: Row[], preload: string): Promise<string> {
+async function measureInit(rows: Row[], preloads: string[]): Promise<string> {
   const runs = new Map<HandlerId, number[]>(rows.map((r) => [r.id, []]));
+  const cpu = new Map<HandlerId, number[]>(rows.map((r) => [r.id, []]));
   const envs = new Map(rows.map((r) => [r.id, lambdaEnvironment(FUNCTIONS.find((f) => f.id === r.id)!)]));
   let node = '';
   for (let round = 0; round < INIT_RUNS; round++) {
+    maxLoad = Math.max(maxLoad, loadavg()[0]!);
     for (const row of rows) {
-      const once = await initOnce(row, envs.get(row.id)!, preload);
+      const once = await initOnce(row, envs.get(row.id)!, preloads);
       runs.get(row.id)!.push(once.ms);
+      cpu.get(row.id)!.push(once.cpuMs);
       node = once.node;
     }
   }
   for (const row of rows) {
     const times = runs.get(row.id)!;
-    row.init = { runs: times, medianMs: median(times), maxMs: Math.max(...times) };
+    row.init = { runs: times, medianMs: median(times), maxMs: Math.max(...times), cpuMedianMs: median(cpu.get(row.id)!) };
   }
   return node;
 }
 
 // --- Report ----------------------------------------------------------------------------------------------------
+
+/** The highest 1-minute load average seen at the start of an init round. */
+let maxLoad = 0;
 
 const meetsInit = (r: Row) => r.init !== undefined && r.init.medianMs <= TARGET.initMs;
 const meetsSize = (r: Row) => r.raw <= TARGET.bundleBytes;
@@ -269,12 +305,12 @@ function section(rows: Row[], initNode: string): string {
     '',
     `Measured ${new Date().toISOString().slice(0, 10)} with esbuild ${esbuildVersion} on Node ${process.versions.node}.`,
     '',
-    '| Handler | Entry | index.mjs | gzip | index.mjs.map | Deployment package (≈ zip) | init (median / max ms) |',
-    '|---|---|---:|---:|---:|---:|---:|',
+    '| Handler | Entry | index.mjs | gzip | index.mjs.map | Deployment package (≈ zip) | init (median / max ms) | init CPU (median ms) |',
+    '|---|---|---:|---:|---:|---:|---:|---:|',
     ...rows.map(
       (r) =>
         `| ${r.id} | \`${r.entry}\` | ${kb(r.raw)} | ${kb(r.gzip)} | ${kb(r.map)} | ${kb(r.packageZip)} | ` +
-        `${r.init ? `${ms(r.init.medianMs)} / ${ms(r.init.maxMs)}` : '–'} |`,
+        `${r.init ? `${ms(r.init.medianMs)} / ${ms(r.init.maxMs)}` : '–'} | ${r.init ? ms(r.init.cpuMedianMs) : '–'} |`,
     ),
     '',
     targetLine(rows),
@@ -282,8 +318,13 @@ function section(rows: Row[], initNode: string): string {
     `Init: from just before \`import()\` of the bundle to the import resolved with a \`handler\` function, in ` +
       `${INIT_RUNS} fresh \`node\` processes per handler (Node ${initNode}), with the function's deployed environment ` +
       '(`NODE_OPTIONS=--enable-source-maps` included) and no network. Only our module’s load: it excludes Lambda’s ' +
-      'own runtime start (starting Node, the runtime interface client) and the download of the package. Measured on ' +
-      `this machine (${cpus().length} CPUs, load average ${load1!.toFixed(1)} when the report was written); Lambda ` +
+      'own runtime start (starting Node, the runtime interface client) and the download of the package. Each process ' +
+      'first loads, before the clock starts, what the runtime interface client has loaded when it imports a handler: ' +
+      '`node:http` and the keep-alive Agent it reaches the Runtime API with (the client creates it before loading the ' +
+      'handler; in Node 22 that import alone takes ~40 ms, as it loads Node’s internal undici) — nothing else. ' +
+      '"init CPU" is the CPU time of the same span (all threads of the process): it varies far less than the elapsed ' +
+      `time when the machine is busy. Measured on this machine (${cpus().length} CPUs, load average ` +
+      `${load1!.toFixed(1)} when the report was written, at most ${maxLoad.toFixed(1)} during the init runs); Lambda ` +
       'allots CPU in proportion to memory size, so the same load can take longer there, especially at 256 MB.',
     '',
     'Heaviest packages in each bundle (minified bytes):',
@@ -297,7 +338,7 @@ const outdir = mkdtempSync(join(tmpdir(), 'bundle-size-'));
 try {
   const rows: Row[] = [];
   for (const { id, entry } of bundledHandlers()) rows.push(await measureSize(id, entry, outdir));
-  const initNode = await measureInit(rows, await buildPreload(outdir));
+  const initNode = await measureInit(rows, await buildPreloads(outdir));
   const text = section(rows, initNode);
   console.log(text);
   writeBenchmarkSection(HEADING, text);

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 export const WINDOWS = ['hour', 'day', 'week', 'month', 'lifetime'] as const;
 export const WindowKind = z.enum(WINDOWS);

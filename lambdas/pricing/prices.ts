@@ -1,5 +1,7 @@
-import { calcPrice } from '@pydantic/genai-prices';
+import type { ModelPrice } from '@pydantic/genai-prices';
 import type { CustomPrice } from '../registry/model.ts';
+import { activePrices, findCatalogModel, hasConditionalPrices } from './catalog.ts';
+import type { PriceProvider } from './catalog-providers.ts';
 
 /**
  * Exact pricing in integers. Price tables quote USD per million tokens; one USD per Mtok is one microdollar per
@@ -8,7 +10,7 @@ import type { CustomPrice } from '../registry/model.ts';
  * for unknown models.
  */
 
-export type PriceProvider = 'anthropic' | 'openai' | 'openrouter';
+export type { PriceProvider } from './catalog-providers.ts';
 
 /** Tokens as Anthropic reports them: input_tokens excludes cache reads and cache writes. */
 export interface TokenUsage {
@@ -78,29 +80,50 @@ function fromCustom(model: string, custom: CustomPrice): ModelPricing {
   return { model, source: 'custom', rates: () => fixed, fees: {} };
 }
 
-function fromCatalog(model: string, provider: PriceProvider): ModelPricing | undefined {
-  const found = calcPrice({ input_tokens: 0, output_tokens: 0 }, model, { providerId: provider });
-  const prices = found?.model_price as Record<string, TablePrice> | undefined;
-  if (!prices || prices.input_mtok === undefined || prices.output_mtok === undefined) return undefined;
+function fromTable(model: string, prices: ModelPrice): ModelPricing | undefined {
+  const table = prices as Record<string, TablePrice>;
+  if (table.input_mtok === undefined || table.output_mtok === undefined) return undefined;
   // The table quotes server-tool fees in USD per thousand uses: × 10^9 is picodollars per use.
-  const webSearch = typeof prices.web_searches_kcount === 'number' ? Math.round(prices.web_searches_kcount * 1e9) : undefined;
+  const webSearch = typeof table.web_searches_kcount === 'number' ? Math.round(table.web_searches_kcount * 1e9) : undefined;
   return {
     model,
     source: 'catalog',
     fees: webSearch === undefined ? {} : { webSearch },
     rates(totalInput) {
-      const input = tablePriceAt(prices.input_mtok, totalInput)!;
+      const input = tablePriceAt(table.input_mtok, totalInput)!;
       // A table without cache prices means the provider does not discount or surcharge them: charge as input.
-      const cacheWrite = tablePriceAt(prices.cache_write_mtok, totalInput) ?? input;
+      const cacheWrite = tablePriceAt(table.cache_write_mtok, totalInput) ?? input;
       return {
         input: toRate(input),
-        output: toRate(tablePriceAt(prices.output_mtok, totalInput)!),
-        cacheRead: toRate(tablePriceAt(prices.cache_read_mtok, totalInput) ?? input),
+        output: toRate(tablePriceAt(table.output_mtok, totalInput)!),
+        cacheRead: toRate(tablePriceAt(table.cache_read_mtok, totalInput) ?? input),
         cacheWrite: toRate(cacheWrite),
-        cacheWrite1h: toRate(tablePriceAt(prices.cache_write_1h_mtok, totalInput) ?? cacheWrite),
+        cacheWrite1h: toRate(tablePriceAt(table.cache_write_1h_mtok, totalInput) ?? cacheWrite),
       };
     },
   };
+}
+
+/**
+ * Catalog lookups by provider and requested name, kept for the instance's life: resolving a name scans the provider's
+ * models (OpenRouter lists ~700) on every request otherwise. A model whose prices depend on the date or time of day
+ * keeps only its catalog entry here, and its prices are chosen again at each call, as before. Names are the
+ * callers' own (any name that starts like a catalog model resolves to it), so the map is emptied when it is full.
+ */
+type CatalogLookup = { pricing: ModelPricing | undefined } | { conditional: NonNullable<ReturnType<typeof findCatalogModel>> };
+const catalogLookups = new Map<string, CatalogLookup>();
+const MAX_CATALOG_LOOKUPS = 4096;
+
+function fromCatalog(model: string, provider: PriceProvider): ModelPricing | undefined {
+  const key = `${provider}\n${model}`;
+  let lookup = catalogLookups.get(key);
+  if (!lookup) {
+    const found = findCatalogModel(provider, model);
+    lookup = found && hasConditionalPrices(found) ? { conditional: found } : { pricing: found && fromTable(model, activePrices(found, new Date())) };
+    if (catalogLookups.size >= MAX_CATALOG_LOOKUPS) catalogLookups.clear();
+    catalogLookups.set(key, lookup);
+  }
+  return 'pricing' in lookup ? lookup.pricing : fromTable(model, activePrices(lookup.conditional, new Date()));
 }
 
 /**

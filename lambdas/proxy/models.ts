@@ -1,4 +1,5 @@
-import { findProvider } from '@pydantic/genai-prices';
+import { catalogModels as providerCatalog } from '../pricing/catalog.ts';
+import { CATALOG_PROVIDERS } from '../pricing/catalog-providers.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import { routeModel } from '../routing/route.ts';
 import { unknownIssuer } from '../auth/authenticate.ts';
@@ -23,8 +24,8 @@ let catalog: ModelInfo[] | undefined;
 
 /** Catalog entries under the name a client must send: an OpenRouter id that would route elsewhere gets `or:`. */
 function catalogModels(): ModelInfo[] {
-  catalog ??= (['anthropic', 'openai', 'openrouter'] as const).flatMap((providerId) =>
-    (findProvider({ providerId })?.models ?? []).map((m) => {
+  catalog ??= CATALOG_PROVIDERS.flatMap((providerId) =>
+    providerCatalog(providerId).map((m) => {
       const id = providerId === 'openrouter' && routeModel(m.id).provider !== 'openrouter' ? `or:${m.id}` : m.id;
       return { type: 'model' as const, id, display_name: m.name ?? m.id, created_at: EPOCH };
     }),

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * What the gateway itself needs from a Messages request. Every other field of Anthropic's format is kept exactly as

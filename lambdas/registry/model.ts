@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { Identifier } from '../auth/claims.ts';
 import { PROJECT_KEY_PROVIDERS } from '../providers/ids.ts';
 

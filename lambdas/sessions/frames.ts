@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import type { RunEvent, RunResult } from '../agent/result.ts';
 import { describeIssue } from '../proxy/schema.ts';
 import { conjureRefusalParts } from '../refusals/conjure.ts';

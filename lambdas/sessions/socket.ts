@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
-import { z } from 'zod';
+import * as z from 'zod';
 import { checkedRunOptions } from '../agent/checked-options.ts';
 import { SessionOptions } from '../agent/options.ts';
 import { authenticate } from '../auth/authenticate.ts';

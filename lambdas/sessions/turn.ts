@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { MAX_RUN_SECONDS, runAdmittedSegment } from '../agent/admitted-run.ts';
 import type { RunState } from '../agent/result.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';

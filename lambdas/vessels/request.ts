@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { stringify } from 'safe-stable-stringify';
-import { z } from 'zod';
+import * as z from 'zod';
 import { RunOptions } from '../agent/options.ts';
 import { checkUrl, OutboundRefused } from '../outbound/guard.ts';
 import { DAY_SECONDS } from '../store/epoch.ts';

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { sqsQueueSender } from '../queues/sender.ts';
 import { delayUntil, needsSchedule } from '../scheduling/delay.ts';
 import { scheduler } from '../scheduling/scheduler.ts';
