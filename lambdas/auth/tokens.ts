@@ -1,4 +1,5 @@
 import { SignJWT, errors as joseErrors, jwtVerify } from 'jose';
+import { onInstanceReset } from '../instance/state.ts';
 import { GatewayClaims, type BudgetClaim, type Caller } from './claims.ts';
 import { hasDuplicateKeys } from './json-keys.ts';
 
@@ -50,6 +51,8 @@ function decodeSegment(segment: string, what: 'header' | 'payload'): Record<stri
  */
 export async function verifyToken(token: string | undefined, lookupSecret: SecretLookup, now = Date.now()): Promise<Caller> {
   if (!token) throw new TokenError('Missing token', 'token_missing');
+  const known = verified.get(token);
+  if (known && now >= known.validFromMs && now < known.validUntilMs && (await lookupSecret(known.caller.projectId)) === known.secret) return known.caller;
   if (token.length > MAX_TOKEN_BYTES) throw new TokenError('Token too large', 'token_malformed');
   if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(token)) throw new TokenError('Malformed token', 'token_malformed');
 
@@ -76,6 +79,7 @@ export async function verifyToken(token: string | undefined, lookupSecret: Secre
   let secret = await lookupSecret(projectId);
   if (!secret) secret = await lookupSecret(projectId, { refresh: true });
   if (!secret) throw new TokenError('Token issuer is not a known project');
+  let signedWith = secret;
   try {
     await verifyWith(token, secret, now);
   } catch (err) {
@@ -85,17 +89,48 @@ export async function verifyToken(token: string | undefined, lookupSecret: Secre
     await verifyWith(token, fresh, now).catch((again: unknown) => {
       throw translate(again);
     });
+    signedWith = fresh;
   }
   // jose honours iat only as "not in the future" when maxTokenAge is set; the contract asks for it regardless.
   if (claims.data.iat !== undefined && claims.data.iat * 1000 > now + CLOCK_TOLERANCE_SECONDS * 1000) {
     throw new TokenError('Token issued in the future');
   }
-  return {
+  // Frozen: one verified caller may serve many requests (below).
+  const caller: Caller = Object.freeze({
     projectId,
     userId: claims.data.sub,
-    budget: claims.data.budget,
+    budget: Object.freeze(claims.data.budget),
     expiresAt: claims.data.exp,
-  };
+  });
+  remember(token, caller, signedWith, claims.data);
+  return caller;
+}
+
+/**
+ * Tokens that passed verification, by their exact text: a user's token arrives with each of its requests, and
+ * verifying it again (decoding, the claims' schema, an HMAC through WebCrypto) was a measurable share of the
+ * gateway's CPU per request (docs/benchmarks.md). Everything but the clock is a function of the token's text and the
+ * secret, so a hit needs only the project's current secret (a rotation misses) and the time window in which every
+ * time check passes — a second early on each side, so that a token near a limit takes the full path and gets its
+ * exact refusal.
+ */
+interface Verified {
+  caller: Caller;
+  secret: string;
+  validFromMs: number;
+  validUntilMs: number;
+}
+const verified = new Map<string, Verified>();
+const MAX_VERIFIED = 5_000;
+onInstanceReset(() => verified.clear());
+
+function remember(token: string, caller: Caller, secret: string, claims: { exp: number; nbf?: number; iat?: number }): void {
+  const tolerance = CLOCK_TOLERANCE_SECONDS * 1000;
+  // jose: expired once exp <= now − tolerance (seconds); not yet valid while nbf > now + tolerance. Ours: iat.
+  const validUntilMs = (claims.exp + CLOCK_TOLERANCE_SECONDS) * 1000 - 1000;
+  const validFromMs = Math.max(claims.nbf === undefined ? -Infinity : claims.nbf * 1000 - tolerance, claims.iat === undefined ? -Infinity : claims.iat * 1000 - tolerance) + 1000;
+  if (verified.size >= MAX_VERIFIED) verified.delete(verified.keys().next().value!);
+  verified.set(token, { caller, secret, validFromMs, validUntilMs });
 }
 
 function verifyWith(token: string, secret: string, now: number) {
