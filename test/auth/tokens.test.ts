@@ -188,6 +188,23 @@ describe('verifyToken (direct)', () => {
     await expect(verifyToken('a.b', lookup)).rejects.toBeInstanceOf(TokenError);
   });
 
+  it('a verified token is remembered: the same caller again, but the clock and the secret are checked on every use', async () => {
+    let secret = 'secret-b-secret-b-secret-b-secret-b';
+    const rotating = async (id: string) => (id === 'prj_b' ? secret : undefined);
+    const now = Date.UTC(2030, 0, 2);
+    const token = await mintToken({ projectId: 'prj_b', userId: 'u', secret, budget: { ai: 7, compute: 8, window: 'day' }, expiresInSeconds: 60, now });
+    const first = await verifyToken(token, rotating, now);
+    expect(Object.isFrozen(first) && Object.isFrozen(first.budget)).toBe(true);
+    expect(await verifyToken(token, rotating, now + 1_000)).toBe(first); // the remembered caller itself
+    // Past exp and its leeway, or before iat's leeway, the full verification answers, with its exact refusal.
+    await expect(verifyToken(token, rotating, now + 120_000)).rejects.toMatchObject({ code: 'token_expired', message: 'Token expired' });
+    await expect(verifyToken(token, rotating, now - 61_000)).rejects.toThrow('Token issued in the future');
+    expect(await verifyToken(token, rotating, now + 2_000)).toBe(first);
+    // The secret rotated: what the old one verified no longer counts.
+    secret = 'secret-c-secret-c-secret-c-secret-c';
+    await expect(verifyToken(token, rotating, now + 1_000)).rejects.toMatchObject({ message: 'Token signature is invalid' });
+  });
+
   it('does not look the secret up for refused algorithms', async () => {
     let lookups = 0;
     const counting = async (id: string) => {
