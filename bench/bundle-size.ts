@@ -19,7 +19,7 @@ import { build, version as esbuildVersion } from 'esbuild';
 import { FUNCTIONS, type FunctionSpec } from '../lambdas/handlers/manifest.ts';
 import { QUEUES } from '../lambdas/store/queues.ts';
 import { TABLES } from '../lambdas/store/tables.ts';
-import { bundledHandlers, esbuildOptions, HANDLER_BUNDLE, PROJECT_ROOT, type HandlerId } from '../lib/bundling.ts';
+import { bundledHandlers, esbuildOptions, HANDLER_BUNDLE, LAMBDA_NODE_OPTIONS, PROJECT_ROOT, type HandlerId } from '../lib/bundling.ts';
 import { BENCHMARKS_DOC, writeBenchmarkSection } from './report.ts';
 
 const HEADING = '## Bundle sizes';
@@ -144,7 +144,7 @@ function lambdaEnvironment(spec: FunctionSpec): NodeJS.ProcessEnv {
     TZ: ':UTC',
     // Every function (lib/constructs/functions.ts).
     STAGE: stage,
-    NODE_OPTIONS: '--enable-source-maps',
+    NODE_OPTIONS: LAMBDA_NODE_OPTIONS,
     POWERTOOLS_SERVICE_NAME: `prompt-gateway-${stage}`,
     POWERTOOLS_METRICS_NAMESPACE: 'PromptGateway',
     POWERTOOLS_LOG_LEVEL: 'INFO',
@@ -317,7 +317,7 @@ function section(rows: Row[], initNode: string): string {
     '',
     `Init: from just before \`import()\` of the bundle to the import resolved with a \`handler\` function, in ` +
       `${INIT_RUNS} fresh \`node\` processes per handler (Node ${initNode}), with the function's deployed environment ` +
-      '(`NODE_OPTIONS=--enable-source-maps` included) and no network. Only our module’s load: it excludes Lambda’s ' +
+      `(\`NODE_OPTIONS=${LAMBDA_NODE_OPTIONS}\` included) and no network. Only our module’s load: it excludes Lambda’s ` +
       'own runtime start (starting Node, the runtime interface client) and the download of the package. Each process ' +
       'first loads, before the clock starts, what the runtime interface client has loaded when it imports a handler: ' +
       '`node:http` and the keep-alive Agent it reaches the Runtime API with (the client creates it before loading the ' +

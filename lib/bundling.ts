@@ -35,6 +35,16 @@ export const HANDLER_BUNDLE = {
 } as const;
 
 /**
+ * The Node options every function runs with (its NODE_OPTIONS), shared with the bundle-size benchmark and the
+ * cold-import test so they measure what is deployed:
+ * - `--enable-source-maps`: stack traces in the logs name our files and lines (the maps above).
+ * - `--experimental-async-context-frame`: AsyncLocalStorage (the request's access record) without async_hooks. On
+ *   Node 22 the hooks run on every promise the gateway makes, a measurable share of its CPU per request
+ *   (docs/benchmarks.md, "CPU per request"); Node 24 uses the context frame by default. `npm start` runs with it too.
+ */
+export const LAMBDA_NODE_OPTIONS = '--enable-source-maps --experimental-async-context-frame';
+
+/**
  * The Lambda entry points, by function id: the function manifest's entries (lambdas/handlers/manifest.ts), so the
  * stack, the benchmark and the tests bundle exactly the functions that are deployed.
  */

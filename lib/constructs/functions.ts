@@ -5,7 +5,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { LogLevel, NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
-import { HANDLER_BUNDLE, PROJECT_ROOT } from '../bundling.ts';
+import { HANDLER_BUNDLE, LAMBDA_NODE_OPTIONS, PROJECT_ROOT } from '../bundling.ts';
 import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
 
 /** What the metrics the functions emit are filed under (see lambdas/observability/metrics.ts). */
@@ -76,7 +76,7 @@ export class GatewayFunction extends Construct {
       },
       environment: {
         STAGE: props.stage,
-        NODE_OPTIONS: '--enable-source-maps',
+        NODE_OPTIONS: LAMBDA_NODE_OPTIONS,
         POWERTOOLS_SERVICE_NAME: serviceName(props.stage),
         POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
         POWERTOOLS_LOG_LEVEL: 'INFO',

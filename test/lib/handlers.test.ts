@@ -20,7 +20,7 @@ const lambdaEnv: NodeJS.ProcessEnv = {
   PATH: process.env.PATH,
   AWS_REGION: 'eu-west-1',
   STAGE: 'test',
-  NODE_OPTIONS: '--enable-source-maps',
+  NODE_OPTIONS: '--enable-source-maps --experimental-async-context-frame',
   POWERTOOLS_SERVICE_NAME: 'prompt-gateway-dev',
   POWERTOOLS_METRICS_NAMESPACE: 'PromptGateway',
   POWERTOOLS_LOG_LEVEL: 'INFO',

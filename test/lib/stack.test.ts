@@ -149,7 +149,7 @@ describe('functions', () => {
       expect(props.LoggingConfig).toEqual({ LogGroup: { Ref: expect.any(String) } });
       const vars = (props.Environment as { Variables: Record<string, unknown> }).Variables;
       expect(vars).toMatchObject({
-        NODE_OPTIONS: '--enable-source-maps',
+        NODE_OPTIONS: '--enable-source-maps --experimental-async-context-frame',
         POWERTOOLS_SERVICE_NAME: 'prompt-gateway-dev',
         POWERTOOLS_METRICS_NAMESPACE: 'PromptGateway',
         POWERTOOLS_LOG_LEVEL: 'INFO',

@@ -1,5 +1,5 @@
 /**
- * Clients that go away at every phase of a request, against the real `npm start` process (`node --import tsx bin/local.ts`,
+ * Clients that go away at every phase of a request, against the real `npm start` process (`npm start`'s command,
  * with its own DATA_DIR, port and DynamoDB Local). It runs as a separate process on purpose: the local runtime's
  * `awslambda` stream shim once crashed the whole gateway on 'Client disconnected', which an in-process gateway would
  * turn into a failure of the test runner instead of a dead server.

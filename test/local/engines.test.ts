@@ -9,6 +9,7 @@ import { checkJava, JavaRequiredError, startDynamoLocal } from '../../bin/local/
 import { startGateway } from '../../bin/local/runtime.ts';
 import { ensureDevelopmentProject } from '../../bin/local/seed.ts';
 import { createDeveloper, createProject, setProviderKey } from '../../lambdas/registry/registry.ts';
+import { npmStartCommand } from '../support/npm-start.ts';
 
 /**
  * The local runtime's engines stay on this machine and its data stays with its owner:
@@ -225,8 +226,9 @@ const cleanEnv = (extra: Record<string, string>): NodeJS.ProcessEnv => ({ HOME: 
 
 describe.runIf(LINUX_PROC)('npm start (bin/local.ts as a process)', () => {
   it('starts quietly (nothing on stderr), listens on loopback only, keeps DATA_DIR private, stops on Ctrl-C', async () => {
+    const [startCommand, ...startArgs] = npmStartCommand();
     const dataDir = join(tmp(), 'data'); // does not exist yet: created 0700
-    const child: ChildProcess = spawn(join(BIN, 'node'), ['--import', 'tsx', 'bin/local.ts'], {
+    const child: ChildProcess = spawn(startCommand, startArgs, {
       cwd: ROOT,
       env: cleanEnv({ PATH: `${BIN}:${process.env.PATH ?? ''}`, DATA_DIR: dataDir, PORT: '0' }),
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -314,7 +316,7 @@ describe('without Java', () => {
   const INSTALL = 'DynamoDB Local needs Java 17 or newer: no "java" command was found on PATH.\nInstall it, then run this again:\n  Debian/Ubuntu:  sudo apt-get install openjdk-17-jre-headless\n';
 
   it('npm start says what to install and exits 1, without a stack trace', async () => {
-    const r = await run([join(BIN, 'node'), '--import', 'tsx', 'bin/local.ts'], cleanEnv({ PATH: BIN, DATA_DIR: join(tmp(), 'data') }));
+    const r = await run(npmStartCommand(), cleanEnv({ PATH: BIN, DATA_DIR: join(tmp(), 'data') }));
     expect(r.code).toBe(1);
     expect(r.stderr.startsWith(`Could not start the gateway: ${INSTALL}`)).toBe(true);
     expect(r.stderr).toContain('  macOS:          brew install openjdk@17');

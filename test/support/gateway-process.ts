@@ -2,9 +2,10 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join, resolve } from 'node:path';
+import { npmStartCommand } from './npm-start.ts';
 
 /**
- * The real `npm start` path (`node --import tsx bin/local.ts`) as a separate process, so that a crash of the local runtime is
+ * The real `npm start` path (its command, `npmStartCommand`) as a separate process, so that a crash of the local runtime is
  * observable as a dead process instead of taking the test runner down with it. It runs in its own process group:
  * the group is how its DynamoDB Local (java) child is found and, if it outlives the gateway, killed.
  */
@@ -54,7 +55,8 @@ export async function startGatewayProcess(dataDir: string, readyTimeoutMs = 110_
     env[k] = v;
   }
   Object.assign(env, { DATA_DIR: dataDir, PORT: String(port), POWERTOOLS_LOG_LEVEL: 'ERROR' });
-  const child = spawn('npx', ['node', '--import', 'tsx', 'bin/local.ts'], { cwd: repoRoot, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const [command, ...args] = npmStartCommand();
+  const child = spawn(command, args, { cwd: repoRoot, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));

@@ -1,9 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import { freePort, groupMembers, readyUrl } from './gateway-process.ts';
+import { npmStartCommand } from './npm-start.ts';
 
 /**
- * The real `npm start` (`node --import tsx bin/local.ts`) as a child process in a process group of its own, with the
+ * The real `npm start` (its command, `npmStartCommand`) as a child process in a process group of its own, with the
  * environment the caller chooses (e.g. an upstream that runs in the test process and so outlives the child), and a
  * `kill -9` of the whole group — the gateway, tsx, npx and DynamoDB Local's java alike — to crash it.
  */
@@ -31,7 +32,8 @@ export async function startRuntimeChild(opts: { dataDir: string; env?: Record<st
     env[k] = v;
   }
   Object.assign(env, { DATA_DIR: opts.dataDir, PORT: String(port), POWERTOOLS_LOG_LEVEL: 'ERROR' }, opts.env);
-  const child = spawn('npx', ['node', '--import', 'tsx', 'bin/local.ts'], { cwd: repoRoot, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const [command, ...args] = npmStartCommand();
+  const child = spawn(command, args, { cwd: repoRoot, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const pgid = child.pid!;
   let output = '';
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));

@@ -20,7 +20,7 @@ import { incubate, incubateBatch, pollUntil, vesselRecord } from '../support/ves
  * lease and heartbeat have lapsed, retried (attempts 2) —, none is lost, the far one is still PENDING with its schedule
  * kept, and no vessel is ever executed by two workers at once.
  *
- * The runtime runs as `npm start` does (`node --import tsx bin/local.ts`), against a simulated Anthropic upstream that runs in
+ * The runtime runs as `npm start` does (`npm start`'s command), against a simulated Anthropic upstream that runs in
  * this test process, so it survives the kill and records every request with its vessel's tag on both sides of it
  * (test/support/inflight.ts). The development project's developer is on the starter tier: 5 at once.
  *
