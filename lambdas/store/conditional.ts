@@ -1,7 +1,7 @@
-import type { AttributeValue } from '@aws-sdk/client-dynamodb';
-import { PutCommand, UpdateCommand, type PutCommandInput, type UpdateCommandInput } from '@aws-sdk/lib-dynamodb';
-import { unmarshall } from '@aws-sdk/util-dynamodb';
-import { documentClient, isConditionFailure } from './dynamo.ts';
+import { PutItemCommand, UpdateItemCommand, type AttributeValue } from '@aws-sdk/client-dynamodb';
+import type { PutCommandInput, UpdateCommandInput } from '@aws-sdk/lib-dynamodb';
+import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
+import { isConditionFailure, writeClient } from './dynamo.ts';
 
 /**
  * Conditional writes that say what stood in their way. Every state change in the store is one conditional write; when
@@ -26,18 +26,34 @@ export type ConditionalResult =
 type Conditional<T> = Omit<T, 'ReturnValuesOnConditionCheckFailure' | 'ConditionExpression'> & { ConditionExpression: string };
 
 export async function conditionalUpdate(input: Conditional<UpdateCommandInput>): Promise<ConditionalResult> {
-  try {
-    const out = await documentClient().send(new UpdateCommand({ ...input, ReturnValuesOnConditionCheckFailure: 'ALL_OLD' }));
-    return out.Attributes ? { ok: true, attributes: out.Attributes } : { ok: true };
-  } catch (err) {
-    return refused(err);
-  }
+  const { Key, ExpressionAttributeValues, ...rest } = input;
+  const command = new UpdateItemCommand({
+    ...rest,
+    Key: marshall(Key, MARSHALL),
+    ...(ExpressionAttributeValues ? { ExpressionAttributeValues: marshall(ExpressionAttributeValues, MARSHALL) } : {}),
+    ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+  });
+  return written(() => writeClient().send(command));
 }
 
 export async function conditionalPut(input: Conditional<PutCommandInput>): Promise<ConditionalResult> {
+  const { Item, ExpressionAttributeValues, ...rest } = input;
+  const command = new PutItemCommand({
+    ...rest,
+    Item: marshall(Item, MARSHALL),
+    ...(ExpressionAttributeValues ? { ExpressionAttributeValues: marshall(ExpressionAttributeValues, MARSHALL) } : {}),
+    ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+  });
+  return written(() => writeClient().send(command));
+}
+
+/** As the document client marshals (lambdas/store/dynamo.ts): attributes whose value is undefined are left out. */
+const MARSHALL = { removeUndefinedValues: true } as const;
+
+async function written(send: () => Promise<{ Attributes?: Record<string, AttributeValue> }>): Promise<ConditionalResult> {
   try {
-    const out = await documentClient().send(new PutCommand({ ...input, ReturnValuesOnConditionCheckFailure: 'ALL_OLD' }));
-    return out.Attributes ? { ok: true, attributes: out.Attributes } : { ok: true };
+    const out = await send();
+    return out.Attributes ? { ok: true, attributes: unmarshall(out.Attributes) as StoredItem } : { ok: true };
   } catch (err) {
     return refused(err);
   }

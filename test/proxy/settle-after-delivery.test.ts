@@ -4,7 +4,7 @@ import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { unfinishedCount } from '../../lambdas/instance/unfinished.ts';
 import { setAccessLogSink, type AccessRecord } from '../../lambdas/observability/access-log.ts';
-import { documentClient } from '../../lambdas/store/dynamo.ts';
+import { writeClient } from '../../lambdas/store/dynamo.ts';
 import { LocalResponseStream } from '../../bin/local/awslambda-shim.ts';
 import { functionUrlEvent, lambdaContext, readBody } from '../../bin/local/events.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -27,8 +27,10 @@ let seq = 0;
 
 beforeAll(async () => {
   gw = await startTestGateway();
-  // Every settle (the ledger's only write that removes a hold) is delayed; reservations are not.
-  documentClient().middlewareStack.add(
+  // Every settle (the ledger's only write that removes a hold) is delayed; reservations are not. The write client
+  // resolves its middleware once per command, so the delay goes into a fresh one before it has sent anything.
+  writeClient.reset();
+  writeClient().middlewareStack.add(
     (next) => async (args) => {
       const input = args.input as { UpdateExpression?: string };
       if (!input.UpdateExpression?.startsWith('REMOVE holds.')) return next(args);
@@ -61,7 +63,7 @@ afterEach(() => {
 });
 afterAll(async () => {
   setAccessLogSink(undefined);
-  documentClient().middlewareStack.remove('delaySettles');
+  writeClient.reset();
   server?.closeAllConnections();
   await new Promise((r) => server?.close(r));
   await gw?.stop();
