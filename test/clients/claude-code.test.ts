@@ -98,6 +98,7 @@ afterAll(async () => {
 });
 
 async function aiUsed(token: string): Promise<{ used: number; reserved: number }> {
+  await gw.invocationsDone(); // an answer is delivered before its settlement is written
   const res = await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${token}` } });
   expect(res.status).toBe(200);
   const { ai } = (await res.json()) as { ai: { used: number; reserved: number } };

@@ -11,6 +11,12 @@ import { startTestGateway, type TestGateway } from '../support/gateway.ts';
  * route's own envelope with a request id, no 5xx for a client's mistake, and no store access for a malformed token.
  */
 let gw: TestGateway;
+
+/** The ledger once every invocation under way has returned: an answer is delivered before its settlement is written. */
+async function settledUsage(...args: Parameters<typeof readUsage>): ReturnType<typeof readUsage> {
+  await gw.invocationsDone();
+  return readUsage(...args);
+}
 let token: string;
 beforeAll(async () => {
   gw = await startTestGateway();
@@ -133,7 +139,7 @@ describe('bounds on what a request can be', () => {
     const conjure = await fetch(`${gw.url}/usage`, { method: 'POST', body: prompt + 'yy' });
     expect(conjure.status).toBe(413);
     expect(await conjure.json()).toEqual({ error: 'request_too_large', message: 'Request body is 6.0 MB; the limit is 6 MB' });
-    const usage = await readUsage({ projectId: gw.projectId, userId: 'big-body', budget: { ai: 1, compute: 1, window: 'day' } });
+    const usage = await settledUsage({ projectId: gw.projectId, userId: 'big-body', budget: { ai: 1, compute: 1, window: 'day' } });
     expect(usage.used.ai).toBe(0);
     expect(usage.openHolds).toBe(0);
   });

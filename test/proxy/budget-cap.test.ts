@@ -17,6 +17,12 @@ import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 const MODEL = 'claude-sonnet-4-6';
 const pricing = priceFor(MODEL, 'anthropic')!;
 let gw: TestGateway;
+
+/** The ledger once every invocation under way has returned: an answer is delivered before its settlement is written. */
+async function settledUsage(...args: Parameters<typeof readUsage>): ReturnType<typeof readUsage> {
+  await gw.invocationsDone();
+  return readUsage(...args);
+}
 let seq = 0;
 beforeAll(async () => {
   gw = await startTestGateway();
@@ -29,7 +35,7 @@ async function user(ai: number) {
   const id = `cap-${++seq}`;
   const budget: BudgetClaim = { ai, compute: 0, window: 'day' };
   const token = await gw.token({ user: id, budget });
-  return { id, token, usage: () => readUsage({ projectId: gw.projectId, userId: id, budget }) };
+  return { id, token, usage: () => settledUsage({ projectId: gw.projectId, userId: id, budget }) };
 }
 
 function post(token: string, body: Record<string, unknown>) {

@@ -7,6 +7,12 @@ import { worstCaseMicros, worstCaseOf } from '../../lambdas/metering/admission.t
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 let gw: TestGateway;
+
+/** The ledger once every invocation under way has returned: an answer is delivered before its settlement is written. */
+async function settledUsage(...args: Parameters<typeof readUsage>): ReturnType<typeof readUsage> {
+  await gw.invocationsDone();
+  return readUsage(...args);
+}
 beforeAll(async () => {
   gw = await startTestGateway();
 });
@@ -45,7 +51,7 @@ describe('budget race', () => {
     // some answers were clamped to fit what was left
     expect(ok.some((m) => m.stop_reason === 'max_tokens')).toBe(true);
 
-    const usage = await readUsage({ projectId: gw.projectId, userId: 'racer', budget: claim });
+    const usage = await settledUsage({ projectId: gw.projectId, userId: 'racer', budget: claim });
     const expected = ok.reduce((sum, m) => sum + charge(pricing, m.usage).microdollars, 0);
     expect(usage.used.ai).toBe(expected);
     expect(usage.used.ai).toBeLessThanOrEqual(budget);

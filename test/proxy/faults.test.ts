@@ -11,6 +11,12 @@ import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 const TIMEOUT_MS = 700;
 const claim: BudgetClaim = { ai: 10_000_000, compute: 0, window: 'day' };
 let gw: TestGateway;
+
+/** The ledger once every invocation under way has returned: an answer is delivered before its settlement is written. */
+async function ledgerNow(...args: Parameters<typeof readUsage>): ReturnType<typeof readUsage> {
+  await gw.invocationsDone();
+  return readUsage(...args);
+}
 let seq = 0;
 
 beforeAll(async () => {
@@ -21,7 +27,7 @@ afterAll(() => gw?.stop());
 /** A fresh user per case, so each case's ledger window starts empty. */
 async function user() {
   const id = `fault-${++seq}`;
-  return { id, client: gw.client(await gw.token({ user: id, budget: claim })), usage: () => readUsage({ projectId: gw.projectId, userId: id, budget: claim }) };
+  return { id, client: gw.client(await gw.token({ user: id, budget: claim })), usage: () => ledgerNow({ projectId: gw.projectId, userId: id, budget: claim }) };
 }
 
 async function settledUsage(usage: () => ReturnType<typeof readUsage>) {

@@ -9,6 +9,12 @@ const sonnet = (u: { input_tokens: number; output_tokens: number; cache_read_inp
   Math.ceil((u.input_tokens * 3_000_000 + u.output_tokens * 15_000_000 + (u.cache_read_input_tokens ?? 0) * 300_000 + (u.cache_creation_input_tokens ?? 0) * 3_750_000) / 1_000_000);
 
 let gw: TestGateway;
+
+/** The ledger once every invocation under way has returned: an answer is delivered before its settlement is written. */
+async function settledUsage(...args: Parameters<typeof readUsage>): ReturnType<typeof readUsage> {
+  await gw.invocationsDone();
+  return readUsage(...args);
+}
 let token: string;
 let client: Anthropic;
 
@@ -23,7 +29,7 @@ const lastUpstream = () => gw.upstreams.anthropic!.requests.at(-1)!;
 
 describe('POST /v1/messages (Anthropic path)', () => {
   it('answers messages.create and charges usage × price, reporting cost and remaining budget', async () => {
-    const before = await readUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } });
+    const before = await settledUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } });
     const { data, response, request_id } = await client.messages
       .create({ model: 'claude-sonnet-4-6', max_tokens: 100, messages: [{ role: 'user', content: 'Hello there' }] })
       .withResponse();
@@ -33,7 +39,7 @@ describe('POST /v1/messages (Anthropic path)', () => {
     const cost = sonnet(data.usage);
     expect(Number(response.headers.get('x-gateway-cost-microdollars'))).toBe(cost);
     expect(request_id).toMatch(/^req_gw_[0-9a-f]{24}$/);
-    const after = await readUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } });
+    const after = await settledUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } });
     expect(after.used.ai - before.used.ai).toBe(cost);
     expect(after.reserved.ai).toBe(0);
     expect(Number(response.headers.get('x-gateway-budget-remaining-microdollars'))).toBe(10_000_000 - after.used.ai);
@@ -138,10 +144,10 @@ describe('POST /v1/messages (Anthropic path)', () => {
 describe('count_tokens and models', () => {
   it('passes count_tokens through for Claude models, uncharged', async () => {
     const params = { model: 'claude-sonnet-4-6', messages: [{ role: 'user' as const, content: 'How many tokens is this?' }] };
-    const before = (await readUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } })).used.ai;
+    const before = (await settledUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } })).used.ai;
     const counted = await client.messages.countTokens(params);
     expect(counted.input_tokens).toBe(estimateInputTokens(params));
-    const after = (await readUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } })).used.ai;
+    const after = (await settledUsage({ projectId: gw.projectId, userId: 'alice', budget: { ai: 10_000_000, compute: 3600, window: 'day' } })).used.ai;
     expect(after).toBe(before);
   });
 

@@ -21,6 +21,12 @@ const priced = (u: { input_tokens: number; output_tokens: number; cache_read_inp
   Math.ceil((u.input_tokens * 2_000_000 + u.output_tokens * 8_000_000 + (u.cache_read_input_tokens ?? 0) * 500_000) / 1_000_000);
 
 let gw: TestGateway;
+
+/** The ledger once every invocation under way has returned: an answer is delivered before its settlement is written. */
+async function settledUsage(...args: Parameters<typeof readUsage>): ReturnType<typeof readUsage> {
+  await gw.invocationsDone();
+  return readUsage(...args);
+}
 let client: Anthropic;
 const BUDGET = { ai: 10_000_000, compute: 3600, window: 'day' } as const;
 
@@ -271,7 +277,7 @@ describe('translated proxy: OpenAI', () => {
   });
 
   it('ends a stream that fails midway with an Anthropic error event, and charges what was produced', async () => {
-    const before = await readUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
+    const before = await settledUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
     const stream = client.messages.stream({ model: GPT, max_tokens: 50, messages: [{ role: 'user', content: '[[words:8]] [[stream-error-after:4]]' }] });
     const texts: string[] = [];
     stream.on('text', (t) => texts.push(t));
@@ -279,7 +285,7 @@ describe('translated proxy: OpenAI', () => {
     expect(texts).toEqual(['word1 ', 'word2 ', 'word3 ']);
     expect(err).toBeInstanceOf(APIError);
     expect((err as APIError).error).toEqual({ type: 'error', error: { type: 'api_error', message: 'OpenAI failed mid-stream: Upstream failure mid-stream' } });
-    const after = await readUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
+    const after = await settledUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
     // Input: the estimate message_start carried; output: the 18 characters produced, about four a token.
     const estimate = Math.ceil(JSON.stringify({ messages: [{ role: 'user', content: '[[words:8]] [[stream-error-after:4]]' }] }).length / 4);
     expect(after.used.ai - before.used.ai).toBe(priced({ input_tokens: estimate, output_tokens: Math.ceil('word1 word2 word3 '.length / 4) }));
@@ -332,13 +338,13 @@ describe('translated proxy: OpenRouter', () => {
   });
 
   it('charges the reported cost of a stream', async () => {
-    const before = await readUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
+    const before = await settledUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
     const final = await client.messages.stream({ model: LLAMA, max_tokens: 100, messages: [{ role: 'user', content: 'Hi [[thinking]] [[words:2]] [[cost:0.0031]]' }] }).finalMessage();
     expect(final.content).toEqual([
       { type: 'thinking', thinking: THINKING_TEXT, signature: '' },
       { type: 'text', text: 'word1 word2' },
     ]);
-    const after = await readUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
+    const after = await settledUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
     expect(after.used.ai - before.used.ai).toBe(3100);
     expect(after.reserved.ai).toBe(0);
   });

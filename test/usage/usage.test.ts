@@ -14,6 +14,7 @@ afterAll(async () => {
 });
 
 async function getUsage(token: string): Promise<{ status: number; body: Record<string, unknown> }> {
+  await gw.invocationsDone(); // an answer is delivered before its settlement is written
   const res = await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${token}` } });
   expect(res.headers.get('content-type')).toMatch(/^application\/json/);
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
