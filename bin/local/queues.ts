@@ -165,7 +165,10 @@ export function pollQueue(opts: {
           new ReceiveMessageCommand({
             QueueUrl: opts.queueUrl,
             MaxNumberOfMessages: Math.min(opts.batchSize ?? 10, 10),
-            WaitTimeSeconds: 1,
+            // As Lambda's event source polls: one long poll of up to 20 s, answered as soon as a message arrives. A
+            // short wait made the local runtime's ~30 idle poll loops cost 75–80 ms of CPU a second, which showed in
+            // every CPU and latency figure of the bench (docs/benchmarks.md). stop() aborts the wait.
+            WaitTimeSeconds: 20,
             MessageSystemAttributeNames: ['All'],
             MessageAttributeNames: ['All'],
           }),
