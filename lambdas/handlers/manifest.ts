@@ -88,7 +88,10 @@ export const FUNCTIONS = [
     id: 'Channeling',
     entry: 'lambdas/handlers/channeling.ts',
     description: 'Prompt gateway channeling proxy (/v1/messages, /v1/models, /v1/messages/count_tokens)',
-    memoryMb: 1024,
+    // One full vCPU: Lambda allots CPU in proportion to memory, and the gateway's CPU per request stretched over a
+    // smaller share lands on every answer's latency; an instance needs ~90 MB. At this size its own time costs about
+    // 1 % of the AI spend it meters for a typical 10 s stream (docs/benchmarks.md, "Lambda memory size").
+    memoryMb: 1769,
     timeoutSeconds: 900,
     trigger: { kind: 'streaming-url', paths: ['/v1'] },
     access: { tables: LEDGER, providers: true, queues: [] },
