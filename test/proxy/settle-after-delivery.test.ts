@@ -83,6 +83,33 @@ async function send(stream: boolean) {
   return { res, text, delivered, invocation, returned: () => returned, usage: () => readUsage({ projectId: gw.projectId, userId, budget: claim }) };
 }
 
+/**
+ * The answer `r` was delivered with its settlement still being written, and the invocation returned only once the
+ * charge (`cost`; for a stream, the one its access line reports) was in the ledger, with nothing left unfinished and
+ * the access line written after it.
+ */
+async function expectSettledAfterDelivery(r: Awaited<ReturnType<typeof send>>, cost?: number) {
+  expect(r.returned()).toBe(0);
+  expect((await r.usage()).openHolds).toBe(1);
+
+  await r.invocation;
+  expect(settles).toHaveLength(1);
+  expect(r.delivered).toBeLessThan(settles[0]!.ended);
+  expect(r.returned()).toBeGreaterThanOrEqual(settles[0]!.ended);
+  // Nothing is left to write when the handler returns, and the charge is in the ledger, read at once.
+  expect(unfinishedCount()).toBe(0);
+  // The access line waited for the settlement: it carries the charge and the settle's own time.
+  expect(lines).toHaveLength(1);
+  const charged = cost ?? lines[0]!.costMicrodollars!;
+  expect(charged).toBeGreaterThan(0);
+  expect(lines[0]!.costMicrodollars).toBe(charged);
+  const usage = await r.usage();
+  expect(usage.used.ai).toBe(charged);
+  expect(usage.reserved.ai).toBe(0);
+  expect(usage.openHolds).toBe(0);
+  expect(lines[0]!.phases!.settle).toBeGreaterThanOrEqual(SETTLE_DELAY_MS - 1);
+}
+
 describe('the settlement is written after the answer is delivered, before the invocation returns', () => {
   it('JSON: cost and remaining-budget headers come from the reservation; the body arrives while the settle is still held', async () => {
     const r = await send(false);
@@ -92,24 +119,7 @@ describe('the settlement is written after the answer is delivered, before the in
     // What the ledger will say once settled: the whole budget less this request, the user's only one.
     expect(Number(r.res.headers.get('x-gateway-budget-remaining-microdollars'))).toBe(claim.ai - cost);
     expect(JSON.parse(r.text).content[0].text).toBe('word1 word2 word3 word4 word5 word6 word7 word8 word9 word10 word11 word12');
-    // Delivered, and the invocation has not returned: the settlement is still being written.
-    expect(r.returned()).toBe(0);
-    expect((await r.usage()).openHolds).toBe(1);
-
-    await r.invocation;
-    expect(settles).toHaveLength(1);
-    expect(r.delivered).toBeLessThan(settles[0]!.ended);
-    expect(r.returned()).toBeGreaterThanOrEqual(settles[0]!.ended);
-    // Nothing is left to write when the handler returns, and the charge is in the ledger, read at once.
-    expect(unfinishedCount()).toBe(0);
-    const usage = await r.usage();
-    expect(usage.used.ai).toBe(cost);
-    expect(usage.reserved.ai).toBe(0);
-    expect(usage.openHolds).toBe(0);
-    // The access line waited for the settlement: it carries the charge and the settle's own time.
-    expect(lines).toHaveLength(1);
-    expect(lines[0]!.costMicrodollars).toBe(cost);
-    expect(lines[0]!.phases!.settle).toBeGreaterThanOrEqual(SETTLE_DELAY_MS - 1);
+    await expectSettledAfterDelivery(r, cost);
     expect(Object.keys(lines[0]!.phases!)).toEqual(['token', 'parse', 'project', 'pricing', 'reservation', 'connect', 'firstByte', 'settle']);
   });
 
@@ -117,20 +127,7 @@ describe('the settlement is written after the answer is delivered, before the in
     const r = await send(true);
     expect(r.res.status).toBe(200);
     expect(r.text).toMatch(/event: message_stop\n/);
-    expect(r.returned()).toBe(0);
-    expect((await r.usage()).openHolds).toBe(1);
-
-    await r.invocation;
-    expect(settles).toHaveLength(1);
-    expect(r.delivered).toBeLessThan(settles[0]!.ended);
-    expect(r.returned()).toBeGreaterThanOrEqual(settles[0]!.ended);
-    expect(unfinishedCount()).toBe(0);
-    const usage = await r.usage();
-    expect(usage.openHolds).toBe(0);
-    expect(usage.reserved.ai).toBe(0);
-    expect(usage.used.ai).toBe(lines[0]!.costMicrodollars);
-    expect(usage.used.ai).toBeGreaterThan(0);
-    expect(lines[0]!.phases!.settle).toBeGreaterThanOrEqual(SETTLE_DELAY_MS - 1);
+    await expectSettledAfterDelivery(r);
     expect(lines[0]!.phases!.firstByte).toBeGreaterThanOrEqual(0);
   });
 });
