@@ -14,6 +14,9 @@ export default defineConfig({
     globalSetup: ['test/support/global-setup.ts'],
     include: ['test/**/*.test.ts'],
     pool: 'forks',
+    // The in-process gateways run with the request context the deployed functions and `npm start` use
+    // (LAMBDA_NODE_OPTIONS in lib/bundling.ts): AsyncLocalStorage on the async context frame, not async_hooks.
+    execArgv: ['--experimental-async-context-frame'],
     testTimeout: 30_000,
     hookTimeout: 120_000,
     env: { POWERTOOLS_LOG_LEVEL: 'SILENT', POWERTOOLS_METRICS_DISABLED: 'true', POWERTOOLS_DEV: 'true' },
