@@ -199,7 +199,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     log.costMicrodollars = micros;
     // Settled after delivery: the charge is known now, and what will remain follows from the reservation's counters.
     const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context));
-    const remaining = Math.max(0, caller.budget.ai - (admission.committedAi - reservation.held.ai + micros));
+    const remaining = remainingOf(caller, admission.committedAi - reservation.held.ai + micros);
     const callCharge: CallCharge = { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) };
     return { ok: true, kind: 'message', message: result.message, clampedMaxTokens, charge: callCharge, settle };
   }
@@ -225,8 +225,13 @@ async function timedSettle(log: AccessRecord, reservation: Reservation, micros: 
 function chargeOf(caller: Caller, micros: number, tokens: TokenUsage | undefined, outcome: Awaited<ReturnType<typeof settleCharge>>): CallCharge {
   const out: CallCharge = { microdollars: micros };
   if (tokens) out.tokens = tokens;
-  if (outcome?.used) out.remaining = Math.max(0, caller.budget.ai - outcome.used.ai - (outcome.reserved?.ai ?? 0));
+  if (outcome?.used) out.remaining = remainingOf(caller, outcome.used.ai + (outcome.reserved?.ai ?? 0));
   return out;
+}
+
+/** What is left of the caller's AI budget when the window's used + reserved is `committedAi`. */
+function remainingOf(caller: Caller, committedAi: number): number {
+  return Math.max(0, caller.budget.ai - committedAi);
 }
 
 /** An answer whose usage could not be trusted is charged from the gateway's own count: say so, once per answer. */
@@ -324,7 +329,7 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
             controller.close();
             return;
           }
-          if (!log.phases?.firstByte) timePhase(log, 'firstByte', opened);
+          if (log.phases?.firstByte === undefined) timePhase(log, 'firstByte', opened);
           accumulator.push(value);
           controller.enqueue(value);
         } catch (err) {
