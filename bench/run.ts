@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../bin/local/dynamodb.ts';
+import { npmStartCommand } from '../bin/local/start-command.ts';
 import { DEV_PROJECT } from '../bin/local/seed.ts';
 import { mintToken } from '../lambdas/auth/tokens.ts';
 import { reserve, settle } from '../lambdas/budgets/ledger.ts';
@@ -174,8 +175,8 @@ async function startProcesses(dataDir: string, children: ChildProcess[]): Promis
   const port = await freePort();
   // The memory part reads the live heap through the inspector (bench/inspector.ts), on loopback only.
   const inspectorPort = await freePort();
-  // `npm start`'s own node arguments (package.json), with the inspector added.
-  const startArgs = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } }).scripts.start.split(/\s+/).slice(1);
+  // `npm start`'s own node arguments, with the inspector added.
+  const [, ...startArgs] = npmStartCommand();
   const gateway = spawnChild(
     process.execPath,
     [`--inspect=127.0.0.1:${inspectorPort}`, ...startArgs],

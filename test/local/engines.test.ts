@@ -9,7 +9,7 @@ import { checkJava, JavaRequiredError, startDynamoLocal } from '../../bin/local/
 import { startGateway } from '../../bin/local/runtime.ts';
 import { ensureDevelopmentProject } from '../../bin/local/seed.ts';
 import { createDeveloper, createProject, setProviderKey } from '../../lambdas/registry/registry.ts';
-import { npmStartCommand } from '../support/npm-start.ts';
+import { npmStartCommand } from '../../bin/local/start-command.ts';
 
 /**
  * The local runtime's engines stay on this machine and its data stays with its owner:

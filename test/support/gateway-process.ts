@@ -2,7 +2,7 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join, resolve } from 'node:path';
-import { npmStartCommand } from './npm-start.ts';
+import { npmStartCommand } from '../../bin/local/start-command.ts';
 
 /**
  * The real `npm start` path (its command, `npmStartCommand`) as a separate process, so that a crash of the local runtime is

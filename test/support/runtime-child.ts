@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import { freePort, groupMembers, readyUrl } from './gateway-process.ts';
-import { npmStartCommand } from './npm-start.ts';
+import { npmStartCommand } from '../../bin/local/start-command.ts';
 
 /**
  * The real `npm start` (its command, `npmStartCommand`) as a child process in a process group of its own, with the

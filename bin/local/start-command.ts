@@ -4,9 +4,9 @@ import { join } from 'node:path';
 const ROOT = join(import.meta.dirname, '..', '..');
 
 /**
- * `npm start`'s own command (package.json), as [executable in node_modules/.bin, ...arguments]: tests that run the
- * local runtime as a process run exactly what a developer runs, without npm's wrapper process in between (its
- * signal relay would stand between the test's Ctrl-C and the runtime).
+ * `npm start`'s own command (package.json), as [executable in node_modules/.bin, ...arguments]. The tests and the
+ * bench that run the local runtime as a process run exactly what a developer runs — its Node flags included —
+ * without npm's wrapper process in between (its signal relay would stand between a Ctrl-C and the runtime).
  */
 export function npmStartCommand(): [string, ...string[]] {
   const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
