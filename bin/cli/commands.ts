@@ -1,7 +1,8 @@
 import * as z from 'zod';
 import { Identifier, WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
-import { developerAllowance, developerComputeUsed } from '../../lambdas/plans/compute.ts';
+import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
+import { developerAllowance } from '../../lambdas/plans/compute.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
 import { ProjectProvider } from '../../lambdas/registry/model.ts';

@@ -3,7 +3,6 @@ import { settle, type Reservation } from '../budgets/ledger.ts';
 import { MAX_INVOCATION_SECONDS } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import type { RunAdmission } from '../plans/admission.ts';
-import { addDeveloperCompute } from '../plans/compute.ts';
 import { keepLeaseAlive, releaseLease } from '../plans/leases.ts';
 import type { SessionOptions } from './options.ts';
 import type { RunEvent, RunResult } from './result.ts';
@@ -73,21 +72,21 @@ async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Pr
     heartbeat.stop();
     await Promise.allSettled([
       releaseLease(heartbeat.current()).then(() => input.onReleased?.(admission.developerId)),
-      chargeCompute(compute, admission.developerId, started),
+      chargeCompute(compute, started),
     ]);
   }
 }
 
 /**
  * The run's wall-clock seconds, rounded up, on the user's compute meter (settling the run's reservation, never above
- * what it held) and on the developer's month.
+ * what it held) and, through the reservation, on the developer's month (budgets/ledger.ts `settle`).
  */
-async function chargeCompute(compute: { reservation: Reservation; seconds: number }, developerId: string, started: number): Promise<void> {
+async function chargeCompute(compute: { reservation: Reservation; seconds: number }, started: number): Promise<void> {
   const seconds = Math.min(Math.max(1, Math.ceil((Date.now() - started) / 1000)), compute.seconds);
   try {
-    await Promise.all([settle(compute.reservation, { ai: 0, compute: seconds }), addDeveloperCompute(developerId, seconds)]);
+    await settle(compute.reservation, { ai: 0, compute: seconds });
   } catch (err) {
-    // The hold stays and the sweep charges it at its full amount: never less than what was used.
+    // The hold stays and the sweep charges it at its full amount, to the user and the developer: never less than used.
     logger.error('charging compute failed', { error: err as Error, seconds });
   }
 }

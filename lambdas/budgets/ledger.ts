@@ -6,6 +6,7 @@ import { env } from '../config/env.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { DAY_SECONDS, expiresAfter, hasExpired } from '../store/epoch.ts';
+import { addDeveloperCompute } from './developer-month.ts';
 import { windowEnd, windowStart } from './windows.ts';
 
 /**
@@ -14,7 +15,7 @@ import { windowEnd, windowStart } from './windows.ts';
  *   <m>Used       settled spend
  *   <m>Reserved   sum of open reservations
  *   <m>Committed  Used + Reserved, kept as its own attribute because a condition expression cannot add
- *   holds         open reservations by id: { ai, compute, expiresAt }
+ *   holds         open reservations by id: { ai, compute, expiresAt, developerId? }
  * for each meter m of `ai` (microdollars) and `compute` (seconds).
  *
  * Every change is one conditional UpdateItem, so DynamoDB serialises concurrent requests for us:
@@ -22,6 +23,9 @@ import { windowEnd, windowStart } from './windows.ts';
  *            → used + reserved never exceeds the budget, at any concurrency (docs/contract.md)
  *   settle   only while the hold exists, moving it from Reserved to Used      → idempotent
  *   sweep    settles holds past their expiry through the same conditional     → exactly once
+ * A run's compute reservation names the developer whose plan admitted it (`developerId`): whoever settles the hold —
+ * the run itself, or the sweep after a crash — adds its compute seconds to that developer's month, so the developer
+ * is charged the seconds the user is, exactly once.
  */
 
 export type Meter = 'ai' | 'compute';
@@ -41,6 +45,8 @@ export interface Reservation {
   key: WindowRef;
   held: Amounts;
   expiresAt: number;
+  /** The developer whose month the settled compute seconds are added to (a run's compute reservation). */
+  developerId?: string;
 }
 
 export interface WindowUsage {
@@ -118,6 +124,8 @@ export interface ReserveInput {
   enforce: Meter[];
   now?: Date;
   reservationId?: string;
+  /** The developer whose month the compute settled from this reservation counts against (plans/admission.ts). */
+  developerId?: string;
 }
 
 export async function reserve(input: ReserveInput): Promise<ReserveResult> {
@@ -130,7 +138,7 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   // keeps a zero-cost admission out of a budget with nothing left.
   const conditions = ['attribute_exists(holds)', ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`)];
   const values: Record<string, unknown> = {
-    ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt },
+    ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) },
     ':ai': input.amounts.ai,
     ':compute': input.amounts.compute,
   };
@@ -154,7 +162,8 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
     });
     if (written.ok) {
       const after = (m: Meter) => (typeof written.attributes?.[`${m}Committed`] === 'number' ? (written.attributes[`${m}Committed`] as number) : 0);
-      return { ok: true, reservation: { id, key, held: { ...input.amounts }, expiresAt }, committed: { ai: after('ai'), compute: after('compute') } };
+      const reservation: Reservation = { id, key, held: { ...input.amounts }, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) };
+      return { ok: true, reservation, committed: { ai: after('ai'), compute: after('compute') } };
     }
     const item = written.seen;
     if (!item || !('holds' in item)) {
@@ -176,7 +185,7 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   throw new Error(`Could not create usage window ${key.pk}`);
 }
 
-type Hold = { ai: number; compute: number; expiresAt: number };
+type Hold = { ai: number; compute: number; expiresAt: number; developerId?: string };
 
 /** The window item's holds whose expiry has passed at `now`. */
 function expiredHolds(item: Record<string, unknown> | undefined, now: Date): [string, Hold][] {
@@ -195,8 +204,11 @@ export interface SettleOutcome {
 
 /**
  * Turns a reservation into its actual cost. A repeated settle, or one after the sweep took the hold, changes nothing.
+ * The settle that removes a developer's hold then adds its compute to the developer's month: only one call can win
+ * the hold, so the month is charged once (a process that dies between the two writes leaves the month short by that
+ * run, never charged twice).
  */
-export async function settle(reservation: Reservation, actual: Amounts): Promise<SettleOutcome> {
+export async function settle(reservation: Reservation, actual: Amounts, now = new Date()): Promise<SettleOutcome> {
   assertAmounts(actual, 'actual');
   const written = await conditionalUpdate({
     TableName: table(),
@@ -218,6 +230,7 @@ export async function settle(reservation: Reservation, actual: Amounts): Promise
     ReturnValues: 'UPDATED_NEW',
   });
   if (!written.ok) return { settled: false };
+  if (reservation.developerId && actual.compute > 0) await addDeveloperCompute(reservation.developerId, actual.compute, now);
   const usage = toUsage(reservation.key, written.attributes);
   return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
 }
@@ -240,7 +253,8 @@ async function settleExpiredHolds(key: WindowRef, item: Record<string, unknown> 
   let settled = 0;
   for (const [id, hold] of expiredHolds(item, now)) {
     const held = { ai: hold.ai, compute: hold.compute };
-    if ((await settle({ id, key, held, expiresAt: hold.expiresAt }, held)).settled) settled++;
+    const reservation: Reservation = { id, key, held, expiresAt: hold.expiresAt, ...(hold.developerId ? { developerId: hold.developerId } : {}) };
+    if ((await settle(reservation, held, now)).settled) settled++;
   }
   return settled;
 }

@@ -5,7 +5,8 @@ import type { Refusal } from '../refusals/refusal.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import type { Developer } from '../registry/model.ts';
 import { getDeveloper } from '../registry/registry.ts';
-import { developerAllowance, developerComputeUsed, type DeveloperAllowance } from './compute.ts';
+import { developerComputeUsed } from '../budgets/developer-month.ts';
+import { developerAllowance, type DeveloperAllowance } from './compute.ts';
 import { acquireLease, releaseLease, type Lease, type LiveLease, type RunKind } from './leases.ts';
 import { tierFor, type Tier } from './tiers.ts';
 
@@ -18,7 +19,7 @@ import { tierFor, type Tier } from './tiers.ts';
  * 3. with `maxSeconds`, the user's budget: neither meter may be spent (429 user_budget_exhausted), and the run's
  *    compute is reserved — as many seconds as remain, up to `maxSeconds`, which is then the run's deadline.
  * The run holds the lease while it lives (`keepLeaseAlive`), releases it when it ends (`releaseLease`), and settles
- * the compute reservation with the seconds it used.
+ * the compute reservation with the seconds it used, which charges the developer's month too (budgets/ledger.ts).
  */
 export type RunAdmission =
   | { ok: true; lease: Lease; tier: Tier; developerId: string; compute?: { reservation: Reservation; seconds: number } }
@@ -33,7 +34,7 @@ export async function admitRun(caller: Caller, run: { sessionId: string; kind: R
   const acquired = await acquireLease(developer.developerId, holder, tier.maxConcurrency, now);
   if (!acquired.ok) return { ok: false, refusal: concurrencyRefusal(acquired.live, acquired.max) };
   if (run.maxSeconds === undefined) return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId };
-  const compute = await reserveRunCompute(caller, run.maxSeconds, now);
+  const compute = await reserveRunCompute(caller, developer.developerId, run.maxSeconds, now);
   if ('kind' in compute) {
     await releaseLease(acquired.lease);
     return { ok: false, refusal: compute };
@@ -65,13 +66,14 @@ export async function withdrawAdmission(admission: Extract<RunAdmission, { ok: t
  * Reserves the run's compute: what remains of the user's compute budget, up to `maxSeconds` (a held amount the run
  * must not outlive). Refused when either meter is spent — an AI budget with nothing left cannot pay for a turn.
  */
-async function reserveRunCompute(caller: Caller, maxSeconds: number, now: Date): Promise<{ reservation: Reservation; seconds: number } | Refusal> {
+async function reserveRunCompute(caller: Caller, developerId: string, maxSeconds: number, now: Date): Promise<{ reservation: Reservation; seconds: number } | Refusal> {
   let usage = await readUsage(caller, now);
   for (let attempt = 0; attempt < 3; attempt++) {
     const figures = budgetFigures(caller, usage);
     if (figures.compute.remaining <= 0 || figures.ai.remaining <= 0) break;
     const seconds = Math.min(figures.compute.remaining, maxSeconds);
-    const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: ['compute', 'ai'], now });
+    // The hold names the developer: its seconds go to their month when it is settled, by the run or by the sweep.
+    const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: ['compute', 'ai'], now, developerId });
     if (held.ok) return { reservation: held.reservation, seconds };
     usage = held.usage;
   }

@@ -1,48 +1,7 @@
-import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { env } from '../config/env.ts';
-import { monthOf } from '../budgets/windows.ts';
-import { documentClient } from '../store/dynamo.ts';
-import { DAY_SECONDS, expiresAfter } from '../store/epoch.ts';
-
 /**
- * A developer's plan compute (docs/contract.md, "Developers and plans"): the compute seconds used by all of a
- * developer's projects in a calendar month, one item of the usage table per (developer, month), compared with the
- * plan's planSeconds + poolSeconds.
+ * A developer's plan compute (docs/contract.md, "Developers and plans"): the month's compute across all of the
+ * developer's projects (stored by budgets/developer-month.ts) against the plan's planSeconds + poolSeconds.
  */
-
-const table = () => env().USAGE_TABLE;
-/** A month's item is kept this long after it was first written (for reporting), then DynamoDB's TTL removes it. */
-const RETAIN_SECONDS = 400 * DAY_SECONDS;
-
-/** The item's key; the format is stored data, so it must never change. */
-const developerMonthKey = (developerId: string, now: Date) => ({ pk: `devcompute#${developerId}#${monthOf(now)}` });
-
-export async function addDeveloperCompute(developerId: string, seconds: number, now = new Date()): Promise<number> {
-  if (!Number.isSafeInteger(seconds) || seconds < 0) throw new RangeError(`seconds must be a non-negative integer, got ${seconds}`);
-  const out = await documentClient().send(
-    new UpdateCommand({
-      TableName: table(),
-      Key: developerMonthKey(developerId, now),
-      UpdateExpression: 'ADD computeUsed :s SET developerId = :d, #month = :m, expiresAt = if_not_exists(expiresAt, :exp)',
-      ExpressionAttributeNames: { '#month': 'month' },
-      ExpressionAttributeValues: {
-        ':s': seconds,
-        ':d': developerId,
-        ':m': monthOf(now),
-        ':exp': expiresAfter(now, RETAIN_SECONDS),
-      },
-      ReturnValues: 'UPDATED_NEW',
-    }),
-  );
-  return out.Attributes?.computeUsed as number;
-}
-
-export async function developerComputeUsed(developerId: string, now = new Date()): Promise<number> {
-  const out = await documentClient().send(
-    new GetCommand({ TableName: table(), Key: developerMonthKey(developerId, now), ConsistentRead: true }),
-  );
-  return (out.Item?.computeUsed as number | undefined) ?? 0;
-}
 
 export interface DeveloperAllowance {
   allowed: boolean;

@@ -1,9 +1,8 @@
-import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
-import { documentClient } from '../store/dynamo.ts';
+import { dueItems, eachBounded } from '../store/due.ts';
 import { SESSIONS_SWEEP_INDEX } from '../store/tables.ts';
 import { encodeFrame, errorFrame } from './frames.ts';
 import { connectionFromItem, conversationWithoutTurn, sessionFromItem } from './record.ts';
@@ -19,7 +18,9 @@ import { deleteConnection, endTurn, extendConnection, getSession, SWEEP_CONNECTI
  *   conversation stays as it was saved before the turn.
  */
 
-const PAGE = 100;
+/** One sweep handles at most this many items per shard (the rest are next minute's), this many at a time. */
+const LIMIT = 2000;
+const CONCURRENCY = 8;
 
 export interface SweepDeps {
   sender: ConnectionSender;
@@ -35,37 +36,27 @@ export async function sweepSessions(now = Date.now(), deps?: SweepDeps): Promise
   const d = deps ?? defaultDeps();
   let closed = 0;
   let freed = 0;
-  for (const item of await due(SWEEP_CONNECTION, now)) {
+  await eachBounded(await due(SWEEP_CONNECTION, now), CONCURRENCY, async (item) => {
     try {
       if (await closeIdle(item, now, d)) closed++;
     } catch (err) {
       logger.error('sweeping a connection failed', { error: err as Error, connectionId: item.connectionId });
     }
-  }
-  for (const item of await due(SWEEP_TURN, now)) {
+  });
+  await eachBounded(await due(SWEEP_TURN, now), CONCURRENCY, async (item) => {
     try {
       if (await freeTurn(item, now, d)) freed++;
     } catch (err) {
       logger.error('sweeping a turn failed', { error: err as Error, sessionId: item.sessionId });
     }
-  }
+  });
   emit('SessionsSwept', closed + freed);
   if (closed || freed) logger.info('sessions swept', { closed, freed });
   return { closed, freed };
 }
 
-async function due(shard: string, now: number): Promise<Record<string, unknown>[]> {
-  const out = await documentClient().send(
-    new QueryCommand({
-      TableName: env().SESSIONS_TABLE,
-      IndexName: SESSIONS_SWEEP_INDEX,
-      KeyConditionExpression: 'sweepShard = :shard AND sweepAt <= :now',
-      ExpressionAttributeValues: { ':shard': shard, ':now': now },
-      Limit: PAGE,
-    }),
-  );
-  return out.Items ?? [];
-}
+const due = (shard: string, now: number) =>
+  dueItems({ table: env().SESSIONS_TABLE, index: SESSIONS_SWEEP_INDEX, shardAttribute: 'sweepShard', shard, dueAttribute: 'sweepAt', now, limit: LIMIT });
 
 async function closeIdle(item: Record<string, unknown>, now: number, deps: SweepDeps): Promise<boolean> {
   const connection = connectionFromItem(item);

@@ -85,7 +85,7 @@ async function runSegment(
   if (turn.stop) {
     // Interrupted (or left) before a worker got to it.
     const state: RunState = { ...(paused?.run ?? FRESH), conversation: unrun ?? session.conversation };
-    return end(session, turn, state, outbox, follow, turn.stop === 'interrupted' ? interruptedResult(state, session) : LEFT);
+    return finishTurn(session, turn, state, outbox, follow, turn.stop === 'interrupted' ? interruptedResult(state, session) : LEFT);
   }
 
   const started = Date.now();
@@ -117,7 +117,7 @@ async function runSegment(
   if (watch.lost()) return;
 
   if (outcome.kind === 'ended') {
-    return end(session, turn, outcome.state, outbox, follow, abort.signal.reason === CLIENT_GONE ? LEFT : { ...outcome.result, sessionId });
+    return finishTurn(session, turn, outcome.state, outbox, follow, abort.signal.reason === CLIENT_GONE ? LEFT : { ...outcome.result, sessionId });
   }
 
   const pausedNow: PausedRun = {
@@ -143,8 +143,8 @@ async function runSegment(
   for (const call of pausedNow.calls) if (call.client) outbox.send({ type: 'tool_use', subtype: 'client', id: call.id, name: call.name, input: call.input });
 }
 
-/** The result of a turn whose client left: none, unless the client came back on another connection (see end). */
-const LEFT = Symbol('left');
+/** The result of a turn whose client left: none, unless the client came back on another connection (see finishTurn). */
+export const LEFT = Symbol('left');
 
 /**
  * Ends the turn: writes its end, then sends its result to the connection the turn is on at that moment. The end is
@@ -153,7 +153,14 @@ const LEFT = Symbol('left');
  * answered 410) has nobody to tell — unless the client came back on another connection meanwhile: the result goes
  * there, as an interrupt's.
  */
-async function end(session: SessionRecord, turn: TurnRecord, state: RunState, outbox: FrameOutbox, follow: (connectionId: string, callbackUrl: string) => void, result: ServerFrame | typeof LEFT): Promise<void> {
+export async function finishTurn(
+  session: SessionRecord,
+  turn: TurnRecord,
+  state: RunState,
+  outbox: FrameOutbox,
+  follow: (connectionId: string, callbackUrl: string) => void,
+  result: ServerFrame | typeof LEFT,
+): Promise<void> {
   const left = outbox.target;
   for (let attempt = 0; attempt < 5; attempt++) {
     const now = await getSession(session.sessionId);
@@ -162,27 +169,34 @@ async function end(session: SessionRecord, turn: TurnRecord, state: RunState, ou
     const given = result !== LEFT ? result : now.turn.connectionId !== left ? interruptedResult(state, session) : undefined;
     if (await writeEnd(session, turn, state, outbox, given, now.version)) return;
   }
-  // The turn moved on (the sweeper freed it), or kept changing: written as before, unpinned.
+  // The turn moved on (the sweeper freed it), or kept changing: written unpinned, as long as it is still this turn's.
   await writeEnd(session, turn, state, outbox, result === LEFT ? undefined : result);
 }
 
 /**
  * Writes the turn's end, then sends its result: a `user` frame sent on receipt finds the session idle. With `version`,
- * only on the session as read at that version: false (nothing written, nothing sent) when it changed since.
+ * only on the session as read at that version. False (nothing written, nothing sent) when the write did not happen:
+ * the session changed since (pinned), or the turn is no longer this worker's (the sweeper freed it and told the
+ * client `turn_lost`, with the conversation as before the turn — a result now would contradict both).
  */
 async function writeEnd(session: SessionRecord, turn: TurnRecord, state: RunState, outbox: FrameOutbox, result: ServerFrame | undefined, version?: number): Promise<boolean> {
   const opts = { from: ['queued', 'running'] as const, ...(version === undefined ? {} : { version }) };
   try {
     const ended = await endTurn(session.sessionId, turn.id, state.conversation, opts);
-    if (!ended.ok && version !== undefined) return false;
-    if (!ended.ok) logger.warn('a /ws turn end could not be written: it moved on', { sessionId: session.sessionId, turnId: turn.id, state: ended.seen?.state });
+    if (!ended.ok) return movedOn(session, turn, ended.seen, version);
   } catch (err) {
     if (!(err instanceof SessionTooLarge)) throw err;
     // The turn happened (and was charged), but its conversation cannot be kept: the session stays as before it.
     const ended = await endTurn(session.sessionId, turn.id, undefined, opts);
-    if (!ended.ok && version !== undefined) return false;
+    if (!ended.ok) return movedOn(session, turn, ended.seen, version);
     outbox.send(errorFrame('session_too_large', err.message));
   }
   if (result) outbox.send(result);
   return true;
+}
+
+/** A turn end that was not written: silent when pinned (the caller reads again), logged when the turn moved on. */
+function movedOn(session: SessionRecord, turn: TurnRecord, seen: SessionRecord | undefined, version: number | undefined): false {
+  if (version === undefined) logger.warn('a /ws turn end could not be written: it moved on', { sessionId: session.sessionId, turnId: turn.id, state: seen?.state });
+  return false;
 }

@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { VESSELS_RECONCILE_INDEX } from '../store/tables.ts';
-import { documentClient } from '../store/dynamo.ts';
+import { dueItems, eachBounded } from '../store/due.ts';
 import { endVessel, handOff } from './end.ts';
 import { endedWithoutRun, type StoredVessel } from './record.ts';
 import { isWaiting, VesselStates } from './states.ts';
@@ -53,44 +52,28 @@ export async function reconcileVessels(now = new Date()): Promise<ReconcileRepor
   const report: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
   const rooms = freeSlots();
   for (let shard = 0; shard < RECONCILE_SHARDS; shard++) {
-    const due = await dueIn(String(shard), now);
-    for (let i = 0; i < due.length; i += CONCURRENCY) {
-      await Promise.all(
-        due.slice(i, i + CONCURRENCY).map(async (v) => {
-          try {
-            const action = await reconcileOne(v, now, rooms);
-            if (action) report[action]++;
-          } catch (err) {
-            logger.error('reconciling a vessel failed; next round retries', { vesselId: v.vesselId, error: err as Error });
-          }
-        }),
-      );
-    }
+    const due = await dueItems<StoredVessel>({
+      table: env().VESSELS_TABLE,
+      index: VESSELS_RECONCILE_INDEX,
+      shardAttribute: 'reconcileShard',
+      shard: String(shard),
+      dueAttribute: 'reconcileAt',
+      now: now.getTime(),
+      limit: PAGE_LIMIT,
+    });
+    await eachBounded(due, CONCURRENCY, async (v) => {
+      try {
+        const action = await reconcileOne(v, now, rooms);
+        if (action) report[action]++;
+      } catch (err) {
+        logger.error('reconciling a vessel failed; next round retries', { vesselId: v.vesselId, error: err as Error });
+      }
+    });
   }
   const acted = Object.values(report).reduce((a, b) => a + b, 0);
   emit('VesselsReconciled', acted);
   if (acted > 0) logger.info('vessels reconciled', { ...report });
   return report;
-}
-
-async function dueIn(shard: string, now: Date): Promise<StoredVessel[]> {
-  const found: StoredVessel[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await documentClient().send(
-      new QueryCommand({
-        TableName: env().VESSELS_TABLE,
-        IndexName: VESSELS_RECONCILE_INDEX,
-        KeyConditionExpression: 'reconcileShard = :shard AND reconcileAt <= :now',
-        ExpressionAttributeValues: { ':shard': shard, ':now': now.getTime() },
-        ExclusiveStartKey: start,
-        Limit: PAGE_LIMIT - found.length,
-      }),
-    );
-    found.push(...((out.Items ?? []) as StoredVessel[]));
-    start = out.LastEvaluatedKey;
-  } while (start && found.length < PAGE_LIMIT);
-  return found;
 }
 
 type Action = keyof ReconcileReport;

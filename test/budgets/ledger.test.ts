@@ -9,6 +9,7 @@ import {
   windowFor,
   type Reservation,
 } from '../../lambdas/budgets/ledger.ts';
+import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { env } from '../../lambdas/config/env.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
@@ -208,6 +209,47 @@ describe('expired reservations', () => {
     expect(u.used.ai).toBe(33);
     expect(u.reserved.ai).toBe(0);
     expect(u.openHolds).toBe(0);
+  });
+});
+
+describe("a run's compute hold names its developer (docs/contract.md, \"Abandoned reservations\")", () => {
+  const ttl = () => env().RESERVATION_TTL_SECONDS;
+  const developer = () => `dev-${randomBytes(4).toString('hex')}`;
+
+  it('settling it adds the seconds used to the developer month, once', async () => {
+    const c = caller({ window: 'lifetime' });
+    const dev = developer();
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 60 }, enforce: ['compute'], developerId: dev }));
+    expect(r.developerId).toBe(dev);
+    expect(await settle(r, { ai: 0, compute: 7 })).toMatchObject({ settled: true });
+    expect(await settle(r, { ai: 0, compute: 7 })).toEqual({ settled: false });
+    expect(await developerComputeUsed(dev)).toBe(7);
+    expect((await readUsage(c)).used.compute).toBe(7);
+  });
+
+  it('a crashed run (never settled) is charged to the user and the developer at the seconds it held, by exactly one of 5 sweeps', async () => {
+    const c = caller({ window: 'lifetime' });
+    const dev = developer();
+    const past = new Date(Date.now() - (ttl() + 60) * 1000);
+    const stale = expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 870 }, enforce: ['compute'], now: past, developerId: dev }));
+    const counts = await Promise.all(Array.from({ length: 5 }, () => sweepExpired(stale.key)));
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(1);
+    expect(await developerComputeUsed(dev)).toBe(870);
+    expect((await readUsage(c)).used.compute).toBe(870);
+    // the run reporting late changes neither
+    expect(await settle(stale, { ai: 0, compute: 3 })).toEqual({ settled: false });
+    expect(await developerComputeUsed(dev)).toBe(870);
+  });
+
+  it('a hold without a developer (a model call), or settled at 0 s (a withdrawn admission), adds nothing to any month', async () => {
+    const c = caller({ window: 'lifetime' });
+    const dev = developer();
+    const withdrawn = expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 60 }, enforce: ['compute'], developerId: dev }));
+    await settle(withdrawn, { ai: 0, compute: 0 });
+    expect(await developerComputeUsed(dev)).toBe(0);
+    const call = expectAdmitted(await reserve({ caller: c, amounts: { ai: 50, compute: 0 }, enforce: ['ai'] }));
+    expect(call.developerId).toBeUndefined();
+    expect((await settle(call, { ai: 20, compute: 0 })).settled).toBe(true);
   });
 });
 

@@ -6,7 +6,7 @@ import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../bin/gateway.ts';
 import { resolveTarget } from '../../bin/cli/target.ts';
-import { addDeveloperCompute } from '../../lambdas/plans/compute.ts';
+import { addDeveloperCompute } from '../../lambdas/budgets/developer-month.ts';
 import { acquireLease } from '../../lambdas/plans/leases.ts';
 import { LocalKeyCipher } from '../../lambdas/registry/key-cipher.ts';
 import {

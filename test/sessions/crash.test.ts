@@ -9,6 +9,7 @@ import { startAnthropicUpstream, type SimulatedUpstream } from '../../bin/local/
 import type { RecordedRequest } from '../../bin/local/upstreams/types.ts';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
+import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { sweepExpired, windowFor } from '../../lambdas/budgets/ledger.ts';
 import { env } from '../../lambdas/config/env.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
@@ -38,7 +39,8 @@ import { connectWs, type WsClient } from '../support/ws.ts';
  *    new turn sends the upstream exactly the first turn's two messages and the new one.
  * The ledger: the dead worker never settled what it reserved (the turn's compute, its model call's AI). Those holds
  * stay, unchanged, until the ledger's sweep of expired reservations (docs/contract.md, "Abandoned reservations"),
- * which charges them at their held amount; the test runs that sweep (lambdas/budgets/ledger.ts sweepExpired) at a
+ * which charges them at their held amount — the turn's compute to the developer's month as well (the hold names the
+ * developer); the test runs that sweep (lambdas/budgets/ledger.ts sweepExpired) at a
  * `now` past their expiry, as test/budgets/ledger.test.ts does, after which no hold remains. The crashed turn's
  * concurrency lease is not released either: it lapses LEASE_TTL_MS after its last renewal.
  */
@@ -50,7 +52,7 @@ const CRASHED = 'This turn never ends [[hang]]';
 const AFTER = 'What colour did I say?';
 
 type RuntimeInfo = { url: string; dynamoEndpoint: string; tables: Record<string, string> };
-type Hold = { ai: number; compute: number; expiresAt: number };
+type Hold = { ai: number; compute: number; expiresAt: number; developerId?: string };
 
 let upstream: SimulatedUpstream;
 let dataDir: string;
@@ -174,7 +176,7 @@ describe('a crash of the process running a /ws turn', () => {
       const crashedHolds = beforeKill.holds;
       const holdList = Object.values(crashedHolds);
       expect(holdList).toHaveLength(2);
-      expect(holdList.filter((h) => h.ai === 0 && h.compute > 0)).toHaveLength(1); // the turn's compute
+      expect(holdList.filter((h) => h.ai === 0 && h.compute > 0 && h.developerId === DEV_DEVELOPER)).toHaveLength(1); // the turn's compute
       expect(holdList.filter((h) => h.ai > 0 && h.compute === 0)).toHaveLength(1); // the model call's worst case
       expect(Object.values(await storedLeases()).filter((l) => l.sessionId === sessionId)).toHaveLength(1);
 
@@ -277,6 +279,7 @@ describe('a crash of the process running a /ws turn', () => {
       }
       // The sweep, once they have expired: each settled exactly once, at its held amount; no hold remains.
       const expiry = new Date(Math.max(...holdList.map((h) => h.expiresAt)) * 1000);
+      const monthBefore = await developerComputeUsed(DEV_DEVELOPER, expiry);
       expect(await sweepExpired(key, expiry)).toBe(2);
       expect(await sweepExpired(key, expiry)).toBe(0);
       const swept = await usageWindow();
@@ -285,6 +288,9 @@ describe('a crash of the process running a /ws turn', () => {
       const sum = (m: 'ai' | 'compute') => holdList.reduce((s, h) => s + h[m], 0);
       expect(swept.aiUsed - afterTurn.aiUsed).toBe(sum('ai'));
       expect(swept.computeUsed - afterTurn.computeUsed).toBe(sum('compute'));
+      // The developer's month is charged the crashed turn's held seconds too, once.
+      expect(sum('compute')).toBeGreaterThan(0);
+      expect((await developerComputeUsed(DEV_DEVELOPER, expiry)) - monthBefore).toBe(sum('compute'));
 
       // The dead turn's lease was never released: it is the only one left, and lapses LEASE_TTL_MS after its last
       // renewal (before the crash) — the new turn's was released.

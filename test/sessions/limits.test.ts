@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { BatchWriteCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CLOCK_TOLERANCE_SECONDS } from '../../lambdas/auth/tokens.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
-import { sessionKey, type ConnectionRecord } from '../../lambdas/sessions/record.ts';
+import { encodeConversation, sessionKey, type ConnectionRecord } from '../../lambdas/sessions/record.ts';
+import { FrameOutbox } from '../../lambdas/sessions/outbox.ts';
 import { getSession, queueTurn, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../../lambdas/sessions/store.ts';
+import { finishTurn } from '../../lambdas/sessions/turn.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { MAX_FRAME_BYTES } from '../../bin/local/websocket.ts';
 import { setClock } from '../support/clock.ts';
@@ -197,6 +199,44 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
     await client.close();
   });
 
+  it('a worker that reaches its end after the sweeper freed its turn (before its watch saw it) writes and sends nothing', async () => {
+    const user = newUser();
+    const { client, sessionId } = await openSession(user);
+    client.send({ type: 'user', message: 'Never answered [[hang]]' });
+    await expect.poll(async () => (await getSession(sessionId))?.state, { timeout: 5_000, interval: 50 }).toBe('running');
+    const running = (await getSession(sessionId))!;
+    await documentClient().send(
+      new UpdateCommand({
+        TableName: gw.tables.SESSIONS_TABLE!,
+        Key: sessionKey(sessionId),
+        UpdateExpression: 'SET sweepAt = :at',
+        ExpressionAttributeValues: { ':at': Date.now() - TURN_STALE_MS - 1 },
+      }),
+    );
+    await gw.invokeScheduled('SessionSweeper');
+    expect(await client.next()).toMatchObject({ type: 'error', error: 'turn_lost' });
+
+    // The end of a segment that finished just then, as the worker would write it: the turn is no longer its own.
+    const posted: string[] = [];
+    const outbox = new FrameOutbox({ send: async (_id, data) => (posted.push(String(data)), true), close: async () => {} }, running.turn!.connectionId);
+    const state = {
+      conversation: [...running.conversation, { role: 'user' as const, content: 'Never answered' }, { role: 'assistant' as const, content: [{ type: 'text' as const, text: 'late' }] }],
+      spentMicros: 0,
+      usage: { input_tokens: 0, output_tokens: 0 },
+      turns: 1,
+      corrections: 0,
+      lastText: 'late',
+      activeMs: 0,
+    };
+    await finishTurn(running, running.turn!, state, outbox, () => {}, { type: 'assistant', subtype: 'text', text: 'a result that must not be sent' });
+    await outbox.flush();
+    expect(posted).toEqual([]);
+    expect(await getSession(sessionId)).toMatchObject({ state: 'idle', conversation: [] });
+    client.send({ type: 'interrupt' });
+    expect(await client.next()).toMatchObject({ type: 'error', error: 'no_turn_running' });
+    await client.close();
+  });
+
   it('a queued turn no worker ever claimed (its message was lost): turn_lost after TURN_QUEUED_STALE_MS', async () => {
     const user = newUser();
     const { client, sessionId } = await openSession(user);
@@ -258,6 +298,40 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
     again.send({ type: 'user', message: 'works' });
     expect((await again.untilResult()).at(-1)).toMatchObject({ type: 'result', subtype: 'success', text: 'Echo: works' });
     await again.close();
+  });
+});
+
+describe('the sweeper under a backlog', () => {
+  it('one sweep frees every stale turn, 250 of them (it reads the sweep index page after page, 8 at a time)', async () => {
+    const stale = 250;
+    const ids = Array.from({ length: stale }, () => randomUUID());
+    const now = Date.now();
+    const item = (sessionId: string, i: number) => ({
+      ...sessionKey(sessionId),
+      sessionId,
+      projectId: gw.projectId,
+      userId: `ws-backlog-${i}`,
+      options: JSON.stringify({ model: 'claude-sonnet-4-5' }),
+      conversation: encodeConversation([]),
+      messages: 0,
+      state: 'running',
+      // Its connection is long gone: the turn_lost frame meets a 410, which does not stop the sweep.
+      turn: { id: `turn-${i}`, connectionId: `gone-${i}`, callbackUrl: gw.websocket!.managementEndpoint, caller: { projectId: gw.projectId, userId: `ws-backlog-${i}` }, queuedAt: now - 120_000 },
+      version: 1,
+      createdAt: now - 120_000,
+      updatedAt: now - 120_000,
+      sweepShard: 'turn',
+      sweepAt: now - TURN_STALE_MS - i,
+    });
+    for (let i = 0; i < stale; i += 25) {
+      const batch = ids.slice(i, i + 25).map((id, j) => ({ PutRequest: { Item: item(id, i + j) } }));
+      await documentClient().send(new BatchWriteCommand({ RequestItems: { [gw.tables.SESSIONS_TABLE!]: batch } }));
+    }
+
+    await gw.invokeScheduled('SessionSweeper');
+
+    const states = await Promise.all(ids.map(async (id) => (await getSession(id))?.state));
+    expect(states.filter((s) => s === 'idle')).toHaveLength(stale);
   });
 });
 

@@ -27,6 +27,9 @@ describe('/ws sessions', () => {
     const first = await client.untilResult();
     const deltas = first.filter((f) => f.type === 'assistant');
     expect(deltas.length).toBeGreaterThan(1);
+    // Over time, as the model streams them (40 words 20 ms apart), not all at the end.
+    expect(deltas.at(-1)!.at - deltas[0]!.at).toBeGreaterThan(400);
+    expect(first.at(-1)!.at - deltas.at(-1)!.at).toBeLessThan(deltas.at(-1)!.at - deltas[0]!.at);
     expect(deltas.map((d) => d.text).join('')).toBe(Array.from({ length: 40 }, (_, i) => `word${i + 1}`).join(' '));
     const result1 = first.at(-1)!;
     expect(result1).toMatchObject({ type: 'result', subtype: 'success', sessionId: session.sessionId });

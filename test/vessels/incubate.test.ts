@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sqsClient } from '../../bin/local/queues.ts';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
-import { developerComputeUsed } from '../../lambdas/plans/compute.ts';
+import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { acquireLease, liveLeases, releaseLease, type Lease } from '../../lambdas/plans/leases.ts';
 import { wakeParkedVessels } from '../../lambdas/vessels/park.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
-import { addDeveloperCompute } from '../../lambdas/plans/compute.ts';
+import { addDeveloperCompute } from '../../lambdas/budgets/developer-month.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { idempotencyItems, MODEL, vesselApi, vesselItems } from './incubate-client.ts';

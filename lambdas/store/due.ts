@@ -1,0 +1,50 @@
+import { QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { documentClient } from './dynamo.ts';
+
+/**
+ * The sweeps' shared reading of a sparse "due" index (the vessels' `reconcile`, the sessions' `sweep`): items of one
+ * shard whose due moment has passed, oldest first, page after page up to `limit` — the rest are the next round's —
+ * and then each handled with at most `concurrency` at a time, one item's failure logged by the caller, not fatal.
+ */
+
+export interface DueQuery {
+  table: string;
+  index: string;
+  /** The index's partition attribute and the shard to read. */
+  shardAttribute: string;
+  shard: string;
+  /** The index's sort attribute: epoch milliseconds the item is due at. */
+  dueAttribute: string;
+  now: number;
+  /** At most this many items per call. */
+  limit: number;
+}
+
+/** The items as stored; `T` names their shape (the caller's record type: the index projects whole items). */
+export async function dueItems<T = Record<string, unknown>>(q: DueQuery): Promise<T[]> {
+  const found: T[] = [];
+  let start: Record<string, unknown> | undefined;
+  do {
+    const out = await documentClient().send(
+      new QueryCommand({
+        TableName: q.table,
+        IndexName: q.index,
+        KeyConditionExpression: '#shard = :shard AND #due <= :now',
+        ExpressionAttributeNames: { '#shard': q.shardAttribute, '#due': q.dueAttribute },
+        ExpressionAttributeValues: { ':shard': q.shard, ':now': q.now },
+        ExclusiveStartKey: start,
+        Limit: q.limit - found.length,
+      }),
+    );
+    found.push(...((out.Items ?? []) as T[]));
+    start = out.LastEvaluatedKey;
+  } while (start && found.length < q.limit);
+  return found;
+}
+
+/** Handles every item, `concurrency` at a time; `handle` catches its own failures (a sweep goes on past one item). */
+export async function eachBounded<T>(items: readonly T[], concurrency: number, handle: (item: T) => Promise<void>): Promise<void> {
+  for (let i = 0; i < items.length; i += concurrency) {
+    await Promise.all(items.slice(i, i + concurrency).map(handle));
+  }
+}
