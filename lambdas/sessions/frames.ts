@@ -21,10 +21,56 @@ const User = z.object({
   message: z.string({ error: 'message is required and must be a string' }).min(1, 'message must not be empty'),
 });
 
-/** What a tool result may hold, as the Messages API's tool_result content: text, or content blocks. */
-const ToolResultContent = z.union([z.string(), z.array(z.looseObject({ type: z.string() }), { error: 'content must be a string or an array of content blocks' })], {
-  error: 'content must be a string or an array of content blocks',
+/*
+ * What a client tool's result may hold: the Messages API's tool_result content (the SDK's ToolResultBlockParam), a
+ * string or blocks of the kinds it lists, each with the fields the API requires; other fields (cache_control,
+ * citations, title…) pass as given. Checked here because a result is stored in the session's conversation: a block the
+ * model's API refuses would fail this turn and every later one.
+ */
+const text = (what: string) => z.string({ error: `${what} must be a string` });
+const TextBlock = z.looseObject({ type: z.literal('text'), text: text('a text block\'s "text"') });
+const ImageSource = z.discriminatedUnion(
+  'type',
+  [
+    z.looseObject({ type: z.literal('base64'), media_type: z.enum(['image/jpeg', 'image/png', 'image/gif', 'image/webp'], { error: 'an image\'s media_type is image/jpeg, image/png, image/gif or image/webp' }), data: text('an image\'s "data"') }),
+    z.looseObject({ type: z.literal('url'), url: text('an image\'s "url"') }),
+    z.looseObject({ type: z.literal('file'), file_id: text('an image\'s "file_id"') }),
+  ],
+  { error: 'an image\'s source is {"type":"base64","media_type","data"}, {"type":"url","url"} or {"type":"file","file_id"}' },
+);
+const ImageBlock = z.looseObject({ type: z.literal('image'), source: ImageSource });
+const DocumentSource = z.discriminatedUnion(
+  'type',
+  [
+    z.looseObject({ type: z.literal('base64'), media_type: z.literal('application/pdf', { error: 'a base64 document\'s media_type is application/pdf' }), data: text('a document\'s "data"') }),
+    z.looseObject({ type: z.literal('text'), media_type: z.literal('text/plain', { error: 'a text document\'s media_type is text/plain' }), data: text('a document\'s "data"') }),
+    z.looseObject({ type: z.literal('content'), content: z.union([z.string(), z.array(z.union([TextBlock, ImageBlock]))], { error: 'a content document\'s "content" is a string or text and image blocks' }) }),
+    z.looseObject({ type: z.literal('url'), url: text('a document\'s "url"') }),
+    z.looseObject({ type: z.literal('file'), file_id: text('a document\'s "file_id"') }),
+  ],
+  { error: 'a document\'s source type is base64, text, content, url or file' },
+);
+const TOOL_RESULT_BLOCKS = {
+  text: TextBlock,
+  image: ImageBlock,
+  document: z.looseObject({ type: z.literal('document'), source: DocumentSource }),
+  search_result: z.looseObject({ type: z.literal('search_result'), source: text('a search_result\'s "source"'), title: text('a search_result\'s "title"'), content: z.array(TextBlock, { error: 'a search_result\'s "content" is an array of text blocks' }) }),
+  tool_reference: z.looseObject({ type: z.literal('tool_reference'), tool_name: text('a tool_reference\'s "tool_name"') }),
+  browser_state: z.looseObject({ type: z.literal('browser_state'), tabs: z.array(z.unknown(), { error: 'a browser_state\'s "tabs" is an array' }) }),
+} as const;
+export type ToolResultBlockType = keyof typeof TOOL_RESULT_BLOCKS;
+
+const ToolResultBlock = z.looseObject({ type: z.string({ error: 'every content block has a string "type"' }) }).superRefine((block, ctx) => {
+  const schema = Object.hasOwn(TOOL_RESULT_BLOCKS, block.type) ? TOOL_RESULT_BLOCKS[block.type as ToolResultBlockType] : undefined;
+  if (!schema) {
+    ctx.addIssue({ code: 'custom', message: `a tool result holds ${Object.keys(TOOL_RESULT_BLOCKS).join(', ')} blocks, not "${block.type}"`, path: ['type'] });
+    return;
+  }
+  const checked = schema.safeParse(block);
+  if (!checked.success) for (const issue of checked.error.issues) ctx.addIssue({ code: 'custom', message: issue.message, path: issue.path });
 });
+
+const ToolResultContent = z.union([z.string(), z.array(ToolResultBlock)], { error: 'content must be a string or an array of content blocks' });
 
 const ToolResult = z.object({
   type: z.literal('tool_result'),

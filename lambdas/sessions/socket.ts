@@ -9,8 +9,11 @@ import { CLOCK_TOLERANCE_SECONDS } from '../auth/tokens.ts';
 import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
+import { toolResultProblem } from '../providers/chat-completions/request.ts';
+import { PROVIDER_LABELS } from '../providers/ids.ts';
 import { describeIssue } from '../proxy/schema.ts';
 import { sqsQueueSender, type QueueSender } from '../queues/sender.ts';
+import { routeModel } from '../routing/route.ts';
 import { conjureRefusalParts } from '../refusals/conjure.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { encodeFrame, errorFrame, parseClientFrame, type ClientFrame, type ServerFrame } from './frames.ts';
@@ -224,6 +227,10 @@ async function toolResult(session: SessionRecord, frame: Extract<ClientFrame, { 
     const why = pending.length ? `the turn waits for ${pending.map((id) => `"${id}"`).join(', ')}` : 'no tool call is waiting for a result';
     return ctx.reply(errorFrame('unknown_tool_use_id', `No pending tool call "${frame.tool_use_id}": ${why}`, { pending }));
   }
+  // Blocks the session's model cannot be sent (a document to an OpenAI model) are refused now, before they are stored.
+  const route = routeModel(session.options.model);
+  const problem = route.provider === 'anthropic' ? undefined : toolResultProblem(frame.content, PROVIDER_LABELS[route.provider]);
+  if (problem) return ctx.reply(errorFrame('invalid_frame', problem, { pending }));
   const recorded = await recordClientResult(session.sessionId, turn.id, frame.tool_use_id, { content: frame.content, ...(frame.is_error ? { is_error: true } : {}) });
   if (!recorded.ok) {
     const now = recorded.seen?.turn && recorded.seen.state === 'awaiting_tools' ? missingResults(recorded.seen.turn).map((c) => c.id) : [];

@@ -253,6 +253,68 @@ describe('/ws tools', () => {
     await client.close();
   });
 
+  it("tool_result content: the Messages API's blocks pass as given; a malformed or unknown block is invalid_frame, nothing stored, still pending", async () => {
+    const u = await newUser();
+    const client = await connectWs(gw.websocket!.url, u.token);
+    await openSession(client, { model: MODEL, tools: [readNote, deviceTime] });
+    client.send({ type: 'user', message: TWO_CLIENT_CALLS });
+    const [note, clock] = await twoClientCalls(client);
+
+    const refusals: [unknown, string][] = [
+      [[{ type: 'video', url: 'x' }], 'content.0.type: a tool result holds text, image, document, search_result, tool_reference, browser_state blocks, not "video"'],
+      [[{ type: 'text' }], 'content.0.text: a text block\'s "text" must be a string'],
+      [[{ type: 'image', source: { type: 'base64', media_type: 'image/bmp', data: 'AAAA' } }], 'content.0.source.media_type: an image\'s media_type is image/jpeg, image/png, image/gif or image/webp'],
+      [[{ type: 'search_result', source: 'notes://paris', title: 'Paris', content: 'not blocks' }], 'content.0.content: a search_result\'s "content" is an array of text blocks'],
+    ];
+    for (const [content, message] of refusals) {
+      client.send({ type: 'tool_result', tool_use_id: note.id, content });
+      expect(await nextError(client)).toMatchObject({ error: 'invalid_frame', message: `tool_result: ${message}` });
+      await sleep(350); // the frames-per-second window
+    }
+    // Nothing was recorded: the same id is still pending.
+    client.send({ type: 'user', message: 'Well?' });
+    expect(await nextError(client)).toMatchObject({ error: 'awaiting_tool_results', pending: [note.id, clock.id] });
+
+    await sleep(1000);
+    const blocks = [
+      { type: 'text', text: 'Seine walk', cache_control: { type: 'ephemeral' } },
+      { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } },
+      { type: 'search_result', source: 'notes://paris', title: 'Paris trip', content: [{ type: 'text', text: 'Louvre on Monday' }], citations: { enabled: true } },
+      { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'Packing list' }, title: 'List' },
+    ];
+    client.send({ type: 'tool_result', tool_use_id: note.id, content: blocks });
+    client.send({ type: 'tool_result', tool_use_id: clock.id, content: '14:00', is_error: false });
+    expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({ type: 'result', subtype: 'success', text: FINAL });
+    expect(bodyMessages(requestAnswering(note.id as string)!.body).at(-1)).toEqual({
+      role: 'user',
+      content: [
+        { type: 'tool_result', tool_use_id: note.id, content: blocks },
+        { type: 'tool_result', tool_use_id: clock.id, content: '14:00' },
+      ],
+    });
+    await client.close();
+  });
+
+  it('a session on an OpenAI model refuses, before storing it, a tool result block its translation cannot carry', async () => {
+    await gw.setProviderKey('openai', 'sk-test-openai');
+    const u = await newUser();
+    const client = await connectWs(gw.websocket!.url, u.token);
+    const sessionId = await openSession(client, { model: 'gpt-4.1', tools: [readNote] });
+    client.send({ type: 'user', message: 'Check my note [[tool:read_note {"title":"Paris trip"}]]' });
+    const call = await client.next((f) => f.type === 'tool_use' || f.type === 'result' || f.type === 'error');
+    expect(call).toMatchObject({ type: 'tool_use', subtype: 'client', name: 'read_note' });
+
+    client.send({ type: 'tool_result', tool_use_id: call.id, content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'Packing list' } }] });
+    const refused = await nextError(client);
+    expect(refused).toMatchObject({ error: 'invalid_frame', pending: [call.id] });
+    expect(refused.message).toBe('tool_result.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them');
+
+    await sleep(400);
+    client.send({ type: 'tool_result', tool_use_id: call.id, content: [{ type: 'text', text: 'Seine walk' }] });
+    expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({ type: 'result', subtype: 'success', sessionId });
+    await client.close();
+  });
+
   it('an interrupt while the turn waits for client tools ends it as interrupted; the next turn has every call answered', async () => {
     const u = await newUser();
     const client = await connectWs(gw.websocket!.url, u.token);

@@ -178,6 +178,20 @@ function toolResultContent(
   return { text: block.is_error === true ? (text ? `Error: ${text}` : 'Error') : text, images };
 }
 
+/**
+ * Why a tool result's content cannot reach a Chat Completions model (undefined when it can), by the same translation
+ * the request gets: /ws checks a client's tool result before it is stored in the session's conversation.
+ */
+export function toolResultProblem(content: unknown, label: string): string | undefined {
+  try {
+    toolResultContent({ type: 'tool_result', content }, 'tool_result', label, new ToolNames(), new Set());
+    return undefined;
+  } catch (err) {
+    if (err instanceof TranslationError) return err.message;
+    throw err;
+  }
+}
+
 function userContent(parts: UserPart[]): string | UserPart[] {
   const only = parts[0];
   return parts.length === 1 && only?.type === 'text' ? only.text : parts;
