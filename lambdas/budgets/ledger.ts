@@ -3,6 +3,7 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { BudgetClaim, Caller } from '../auth/claims.ts';
 import type { BudgetFigures } from '../refusals/refusal.ts';
 import { env } from '../config/env.ts';
+import { logger } from '../observability/logger.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { DAY_SECONDS, expiresAfter, hasExpired } from '../store/epoch.ts';
@@ -205,8 +206,8 @@ export interface SettleOutcome {
 /**
  * Turns a reservation into its actual cost. A repeated settle, or one after the sweep took the hold, changes nothing.
  * The settle that removes a developer's hold then adds its compute to the developer's month: only one call can win
- * the hold, so the month is charged once (a process that dies between the two writes leaves the month short by that
- * run, never charged twice).
+ * the hold, so the month is charged once (a process that dies between the two writes, or a failed second write,
+ * leaves the month short by that run, never charged twice).
  */
 export async function settle(reservation: Reservation, actual: Amounts, now = new Date()): Promise<SettleOutcome> {
   assertAmounts(actual, 'actual');
@@ -230,9 +231,18 @@ export async function settle(reservation: Reservation, actual: Amounts, now = ne
     ReturnValues: 'UPDATED_NEW',
   });
   if (!written.ok) return { settled: false };
-  if (reservation.developerId && actual.compute > 0) await addDeveloperCompute(reservation.developerId, actual.compute, now);
+  if (reservation.developerId && actual.compute > 0) await chargeDeveloper(reservation.developerId, actual.compute, now);
   const usage = toUsage(reservation.key, written.attributes);
   return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
+}
+
+/** The developer's share of a settle that happened: a failure is logged, since the user's side is already written. */
+async function chargeDeveloper(developerId: string, seconds: number, now: Date): Promise<void> {
+  try {
+    await addDeveloperCompute(developerId, seconds, now);
+  } catch (err) {
+    logger.error('adding compute to the developer month failed', { error: err as Error, developerId, seconds });
+  }
 }
 
 /**

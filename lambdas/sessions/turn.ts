@@ -144,7 +144,7 @@ async function runSegment(
 }
 
 /** The result of a turn whose client left: none, unless the client came back on another connection (see finishTurn). */
-export const LEFT = Symbol('left');
+const LEFT = Symbol('left');
 
 /**
  * Ends the turn: writes its end, then sends its result to the connection the turn is on at that moment. The end is
