@@ -4,7 +4,7 @@ import { env } from '../config/env.ts';
 import { meteredCall, type CallCharge } from '../metering/call.ts';
 import type { MessagesRequest } from '../providers/types.ts';
 import { messageOf } from '../refusals/anthropic.ts';
-import type { Refusal } from '../refusals/refusal.ts';
+import { isInvalidRequest, type Refusal } from '../refusals/refusal.ts';
 import { isClientTool, isHttpTool, isServerTool, type SessionOptions } from './options.ts';
 import { INTERRUPTED, MICROS_PER_USD, runResult, type ResultSubtype, type RunEvent, type RunResult, type RunState } from './result.ts';
 import { structuredOutputCheck } from './structured-output.ts';
@@ -42,7 +42,17 @@ export const DEFAULT_MAX_TURNS = 10;
 export const MAX_STRUCTURED_OUTPUT_RETRIES = 2;
 
 export type RunOutcome =
-  | { kind: 'ended'; result: RunResult; events: RunEvent[]; state: RunState }
+  | {
+      kind: 'ended';
+      result: RunResult;
+      events: RunEvent[];
+      state: RunState;
+      /**
+       * The model's API refused a call as invalid (HTTP 400, 413 or 422, or a request its translation cannot carry):
+       * what the conversation holds is what it refused, so a /ws session must not keep it.
+       */
+      refusedAsInvalid?: true;
+    }
   /**
    * The model called client-side tools: `calls` are all the tool calls of its message, in order; `results` those
    * the gateway ran meanwhile (server-side tools). The run resumes with every call's result in `calls`' order.
@@ -103,10 +113,10 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   const activeMs = () => (resumed?.activeMs ?? 0) + (Date.now() - started);
   const state = (): RunState => ({ conversation: closeToolCalls(conversation), spentMicros: spent, usage: { ...usage }, turns, corrections, lastText, activeMs: activeMs() });
 
-  const finish = (subtype: ResultSubtype, extra: { text?: string; error?: string; structured_output?: unknown } = {}): RunOutcome => {
+  const finish = (subtype: ResultSubtype, extra: { text?: string; error?: string; structured_output?: unknown } = {}, refusedAsInvalid = false): RunOutcome => {
     const ended = state();
     const result = runResult(ended, { subtype, model, ...extra, ...(mcp ? { mcp_servers: mcp.servers } : {}) });
-    return { kind: 'ended', result, events, state: ended };
+    return { kind: 'ended', result, events, state: ended, ...(refusedAsInvalid ? { refusedAsInvalid: true as const } : {}) };
   };
 
   try {
@@ -130,7 +140,7 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
           turns--; // no model call was made
           return finish('error_max_budget_usd', { error: messageOf(turn.refusal) });
         }
-        if (!turn.aborted) return finish('error_during_execution', { error: messageOf(turn.refusal) });
+        if (!turn.aborted) return finish('error_during_execution', { error: messageOf(turn.refusal) }, isInvalidRequest(turn.refusal));
         // What the model said before it was stopped stays in the conversation (and is the result's text).
         const said = turn.partial ? textOf(turn.partial) : '';
         if (said) {

@@ -111,3 +111,13 @@ export function statusOf(refusal: Refusal): number {
       return refusal.status;
   }
 }
+
+/**
+ * The request itself was refused as invalid — by the gateway (its body, or a translation that cannot carry it) or by
+ * the provider (HTTP 400, 413 or 422) — rather than for the budget, a limit or a failure: sending it again as it is
+ * would be refused again.
+ */
+export function isInvalidRequest(refusal: Refusal): boolean {
+  if (refusal.kind === 'invalid_request' || refusal.kind === 'request_too_large') return true;
+  return refusal.kind === 'upstream' && (refusal.status === 400 || refusal.status === 413 || refusal.status === 422);
+}

@@ -27,6 +27,8 @@ export interface PausedRun {
   run: Omit<RunState, 'conversation'>;
   calls: PausedCall[];
   serverResults: Anthropic.ToolResultBlockParam[];
+  /** How many messages the conversation had before this turn's user message (absent in runs paused before it was kept). */
+  turnStart?: number;
 }
 
 /** What a client answered for one of its tools. */

@@ -81,6 +81,8 @@ async function runSegment(
   // A resumed turn continues from its pause with every call's result; a new one starts from the user's message.
   const resume = paused ? { resume: { ...paused.run, conversation: session.conversation }, toolResults: resumeResults(paused, turn.clientResults) } : undefined;
   const unrun = conversationWithoutTurn(session, turn);
+  // Where this turn began: a new turn at the stored conversation's end, a resumed one where its first segment did.
+  const turnStart = paused ? paused.turnStart : session.conversation.length;
 
   if (turn.stop) {
     // Interrupted (or left) before a worker got to it.
@@ -117,13 +119,17 @@ async function runSegment(
   if (watch.lost()) return;
 
   if (outcome.kind === 'ended') {
-    return finishTurn(session, turn, outcome.state, outbox, follow, abort.signal.reason === CLIENT_GONE ? LEFT : { ...outcome.result, sessionId });
+    // What the model's API refused as invalid (a tool result it cannot take, a message too long) would be refused on
+    // every later turn too: the turn is dropped, and the session goes on from where it was before it.
+    const state = outcome.refusedAsInvalid && turnStart !== undefined ? { ...outcome.state, conversation: session.conversation.slice(0, turnStart) } : outcome.state;
+    return finishTurn(session, turn, state, outbox, follow, abort.signal.reason === CLIENT_GONE ? LEFT : { ...outcome.result, sessionId });
   }
 
   const pausedNow: PausedRun = {
     run: { spentMicros: outcome.state.spentMicros, usage: outcome.state.usage, turns: outcome.state.turns, corrections: outcome.state.corrections, lastText: outcome.state.lastText, activeMs: outcome.state.activeMs },
     calls: outcome.calls.map((c) => ({ id: c.id, name: c.name, input: c.input, client: c.client })),
     serverResults: outcome.results,
+    ...(turnStart === undefined ? {} : { turnStart }),
   };
   const saved = await pauseTurn(sessionId, turn.id, outcome.state.conversation, pausedNow);
   if (!saved.ok) {

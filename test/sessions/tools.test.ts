@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
+import { getSession } from '../../lambdas/sessions/store.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
 import { mcpServer, toolServer } from '../support/tool-servers.ts';
@@ -312,6 +313,44 @@ describe('/ws tools', () => {
     await sleep(400);
     client.send({ type: 'tool_result', tool_use_id: call.id, content: [{ type: 'text', text: 'Seine walk' }] });
     expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({ type: 'result', subtype: 'success', sessionId });
+    await client.close();
+  });
+
+  it("a turn the model's API refuses as invalid (400) is dropped: the session goes on from before it, new or resumed after client tools", async () => {
+    const u = await newUser();
+    const client = await connectWs(gw.websocket!.url, u.token);
+    const sessionId = await openSession(client, { model: MODEL, tools: [readNote] });
+    const stored = async () => (await getSession(sessionId))!;
+
+    // A new turn refused by the API: the error result, and nothing of it kept.
+    client.send({ type: 'user', message: 'Summarise everything [[error:400]]' });
+    const refused = await client.next((f) => f.type === 'result' || f.type === 'error');
+    expect(refused).toMatchObject({ type: 'result', subtype: 'error_during_execution', is_error: true, sessionId });
+    expect(await stored()).toMatchObject({ state: 'idle', conversation: [] });
+    client.send({ type: 'user', message: 'Hello [[words:2]]' });
+    expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({ type: 'result', subtype: 'success', text: 'word1 word2' });
+    expect(bodyMessages(messagesRequests().at(-1)!.body)).toEqual([{ role: 'user', content: 'Hello [[words:2]]' }]);
+    const before = (await stored()).conversation;
+    expect(before).toHaveLength(2);
+
+    // A turn refused when it resumes with the client's result: the user message, the call and the result all go. (A
+    // session of its own: the simulator reads a turn's scripted directives from the conversation's first message.)
+    await sleep(400);
+    const second = await openSession(client, { model: MODEL, tools: [readNote] });
+    const storedSecond = async () => (await getSession(second))!;
+    client.send({ type: 'user', message: 'Check my note [[1> tool:read_note {"title":"Paris trip"}]] [[2> error:400]]' });
+    const call = await client.next((f) => f.type === 'tool_use' || f.type === 'result' || f.type === 'error');
+    expect(call).toMatchObject({ type: 'tool_use', subtype: 'client', name: 'read_note' });
+    client.send({ type: 'tool_result', tool_use_id: call.id, content: 'Seine walk' });
+    expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({ type: 'result', subtype: 'error_during_execution', is_error: true, num_turns: 2 });
+    expect(await storedSecond()).toMatchObject({ state: 'idle', conversation: [] });
+    await sleep(400);
+    client.send({ type: 'user', message: 'Again [[words:1]]' });
+    expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({ type: 'result', subtype: 'success', text: 'word1' });
+    expect(bodyMessages(messagesRequests().at(-1)!.body)).toEqual([{ role: 'user', content: 'Again [[words:1]]' }]);
+    // The first session is as it was.
+    expect((await stored()).conversation).toEqual(before);
+    expect(await windowsWithHolds(gw.tables.USAGE_TABLE!)).toEqual([]);
     await client.close();
   });
 
