@@ -107,9 +107,13 @@ export async function main(argv: string[], deps: Dependencies = { resolveTarget 
   // in place before any command touches the store.
   const connect = () =>
     (target ??= deps.resolveTarget(where).then((t) => {
+      const changed = Object.entries(t.env).some(([name, value]) => process.env[name] !== value);
       Object.assign(process.env, t.env);
-      // Clients and the parsed environment are per instance: built again from the target's.
-      resetInstanceState();
+      // Clients and the parsed environment are per instance: built again from the target's. Only when the target
+      // changed the environment: a run whose target is the environment already in place (the CLI inside a running
+      // gateway's process, as the tests run it) must not destroy the clients that gateway's requests are using —
+      // a webhook attempt in flight then failed and waited out its message's visibility timeout.
+      if (changed) resetInstanceState();
       return t;
     }));
   try {

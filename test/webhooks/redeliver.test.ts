@@ -11,6 +11,8 @@ import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { vesselKey } from '../../lambdas/vessels/record.ts';
 import { MAX_ROUNDS } from '../../lambdas/webhooks/redeliver.ts';
+import { queueClient } from '../../lambdas/queues/sender.ts';
+import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
 import { receiverPool, type Receiver } from './receiver.ts';
@@ -309,6 +311,21 @@ describe('refusals and wrong invocations', () => {
     const showMissing = await cli(['webhook', 'show', '--json']);
     expect(showMissing.code).toBe(2);
     expect(JSON.parse(showMissing.stderr)).toEqual({ error: expect.stringContaining('--vessel') });
+  });
+});
+
+describe("a CLI run inside a running gateway's process", () => {
+  it("leaves the clients the gateway's requests are using alone: a request in flight meanwhile completes", async () => {
+    // The gateway's own SQS client, in a long poll of an empty queue (as a webhook sender's call would be in flight).
+    const client = queueClient();
+    const inFlight = client.send(new ReceiveMessageCommand({ QueueUrl: gw.queues.deadLetterUrls.RUN_DEAD_LETTER_QUEUE_URL!, WaitTimeSeconds: 2 }));
+    await sleep(200);
+    const run = await cli(['webhook', 'show', '--vessel', 'ves_in_flight']);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('does not exist');
+    // Before: the run rebuilt every per-instance client, destroying this one under its request ("socket hang up").
+    await expect(inFlight).resolves.toMatchObject({ $metadata: { httpStatusCode: 200 } });
+    expect(queueClient()).toBe(client);
   });
 });
 
