@@ -1,6 +1,7 @@
-import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
 import { DAY_SECONDS, expiresAfter } from '../store/epoch.ts';
+import { updateOnce } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { monthOf } from './windows.ts';
 
@@ -20,22 +21,21 @@ const developerMonthKey = (developerId: string, now: Date) => ({ pk: `devcompute
 
 export async function addDeveloperCompute(developerId: string, seconds: number, now = new Date()): Promise<number> {
   if (!Number.isSafeInteger(seconds) || seconds < 0) throw new RangeError(`seconds must be a non-negative integer, got ${seconds}`);
-  const out = await documentClient().send(
-    new UpdateCommand({
-      TableName: table(),
-      Key: developerMonthKey(developerId, now),
-      UpdateExpression: 'ADD computeUsed :s SET developerId = :d, #month = :m, expiresAt = if_not_exists(expiresAt, :exp)',
-      ExpressionAttributeNames: { '#month': 'month' },
-      ExpressionAttributeValues: {
-        ':s': seconds,
-        ':d': developerId,
-        ':m': monthOf(now),
-        ':exp': expiresAfter(now, RETAIN_SECONDS),
-      },
-      ReturnValues: 'UPDATED_NEW',
-    }),
-  );
-  return out.Attributes?.computeUsed as number;
+  // Once, even when the SDK sends it twice (store/conditional.ts).
+  const out = await updateOnce({
+    TableName: table(),
+    Key: developerMonthKey(developerId, now),
+    UpdateExpression: 'ADD computeUsed :s SET developerId = :d, #month = :m, expiresAt = if_not_exists(expiresAt, :exp)',
+    ExpressionAttributeNames: { '#month': 'month' },
+    ExpressionAttributeValues: {
+      ':s': seconds,
+      ':d': developerId,
+      ':m': monthOf(now),
+      ':exp': expiresAfter(now, RETAIN_SECONDS),
+    },
+    ReturnValues: 'UPDATED_NEW',
+  });
+  return out?.computeUsed as number;
 }
 
 export async function developerComputeUsed(developerId: string, now = new Date()): Promise<number> {

@@ -137,7 +137,9 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   const expiresAt = expiresAfter(now, env().RESERVATION_TTL_SECONDS);
   // `Committed <= budget − amount` is `Committed + amount <= budget` (a condition cannot add); `Committed < budget`
   // keeps a zero-cost admission out of a budget with nothing left.
-  const conditions = ['attribute_exists(holds)', ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`)];
+  // The hold's own key too: a reserve the SDK sends again after its answer was lost must not add its amounts twice,
+  // even when another request's write came in between (store/conditional.ts).
+  const conditions = ['attribute_exists(holds)', 'attribute_not_exists(holds.#id)', ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`)];
   const values: Record<string, unknown> = {
     ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) },
     ':ai': input.amounts.ai,
@@ -161,12 +163,14 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
       // The counters as this write left them: what remains can be told without another read (the proxy's header).
       ReturnValues: 'UPDATED_NEW',
     });
-    if (written.ok) {
-      const after = (m: Meter) => (typeof written.attributes?.[`${m}Committed`] === 'number' ? (written.attributes[`${m}Committed`] as number) : 0);
+    // Made: by this send, or by a first send whose answer was lost (the hold is there).
+    const made = written.ok ? written.attributes : (written.seen?.holds as Record<string, unknown> | undefined)?.[id] ? written.seen : undefined;
+    if (made) {
+      const after = (m: Meter) => (typeof made[`${m}Committed`] === 'number' ? (made[`${m}Committed`] as number) : 0);
       const reservation: Reservation = { id, key, held: { ...input.amounts }, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) };
       return { ok: true, reservation, committed: { ai: after('ai'), compute: after('compute') } };
     }
-    const item = written.seen;
+    const item = written.ok ? undefined : written.seen;
     if (!item || !('holds' in item)) {
       await ensureWindowItem(key);
       continue;

@@ -100,11 +100,13 @@ export async function acquireLease(developerId: string, holder: LeaseHolder, max
       TableName: table(),
       Key: keyOf(developerId),
       UpdateExpression: 'SET leases.#id = :lease, expiresAt = :ttl ADD held :one',
-      ConditionExpression: 'attribute_exists(leases) AND held < :max',
+      // The lease's own key too: an acquire the SDK sends again after its answer was lost must not count twice, even
+      // when another write came in between; its own lease in `seen` is then this acquire's success (store/conditional.ts).
+      ConditionExpression: 'attribute_exists(leases) AND attribute_not_exists(leases.#id) AND held < :max',
       ExpressionAttributeNames: { '#id': leaseId },
       ExpressionAttributeValues: { ':lease': stored, ':one': 1, ':max': max, ':ttl': expiresAfter(now, RETAIN_SECONDS) },
     });
-    if (out.ok) return { ok: true, lease };
+    if (out.ok || leasesOf(out.seen).some(([id]) => id === leaseId)) return { ok: true, lease };
     if (!out.seen) {
       await ensureItem(developerId, now);
       continue;

@@ -2,7 +2,7 @@ import type Anthropic from '@anthropic-ai/sdk';
 import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
-import { conditionalUpdate, type StoredItem } from '../store/conditional.ts';
+import { conditionalPut, conditionalUpdate, type StoredItem } from '../store/conditional.ts';
 import { documentClient, isConditionFailure } from '../store/dynamo.ts';
 import {
   connectionFromItem,
@@ -51,26 +51,26 @@ export async function getSession(sessionId: string): Promise<SessionRecord | und
 }
 
 export async function createSession(session: Omit<SessionRecord, 'version' | 'updatedAt' | 'turn' | 'state' | 'conversation'>): Promise<void> {
-  await documentClient().send(
-    new PutCommand({
-      TableName: table(),
-      Item: {
-        ...sessionKey(session.sessionId),
-        sessionId: session.sessionId,
-        projectId: session.projectId,
-        userId: session.userId,
-        options: JSON.stringify(session.options),
-        conversation: encodeConversation([]),
-        messages: 0,
-        state: 'idle',
-        version: 1,
-        createdAt: session.createdAt,
-        updatedAt: session.createdAt,
-        expiresAt: expiry(session.createdAt),
-      },
-      ConditionExpression: 'attribute_not_exists(pk)',
-    }),
-  );
+  // Conditional (a new id never meets an item), and once even when the SDK sends it twice (store/conditional.ts).
+  const created = await conditionalPut({
+    TableName: table(),
+    Item: {
+      ...sessionKey(session.sessionId),
+      sessionId: session.sessionId,
+      projectId: session.projectId,
+      userId: session.userId,
+      options: JSON.stringify(session.options),
+      conversation: encodeConversation([]),
+      messages: 0,
+      state: 'idle',
+      version: 1,
+      createdAt: session.createdAt,
+      updatedAt: session.createdAt,
+      expiresAt: expiry(session.createdAt),
+    },
+    ConditionExpression: 'attribute_not_exists(pk)',
+  });
+  if (!created.ok) throw new Error(`Session ${session.sessionId} exists already`);
 }
 
 /** Replaces a session's options (a resume that gives new ones): they apply from its next model call. */

@@ -1,5 +1,5 @@
 import { env } from '../config/env.ts';
-import { conditionalUpdate, type ConditionalResult } from '../store/conditional.ts';
+import { conditionalUpdate } from '../store/conditional.ts';
 import { vesselKey, type StoredVessel } from '../vessels/record.ts';
 import { VesselStates } from '../vessels/states.ts';
 import { reconcileShardOf, redriveAt } from '../vessels/store.ts';
@@ -40,14 +40,8 @@ function endedWithCallback() {
 const namesUsedIn = (text: string) => Object.fromEntries(Object.entries(NAMES).filter(([placeholder]) => new RegExp(`${placeholder}(?![A-Za-z0-9_])`).test(text)));
 
 async function update(vesselId: string, input: { condition: string; update: string; values: Record<string, unknown> }): Promise<StoredVessel | undefined> {
-  const r = await write(vesselId, input);
-  return r.ok ? (r.attributes as unknown as StoredVessel) : undefined;
-}
-
-/** The conditional write of `update`, with what a failed condition saw. */
-async function write(vesselId: string, input: { condition: string; update: string; values: Record<string, unknown> }): Promise<ConditionalResult> {
   const ended = endedWithCallback();
-  return conditionalUpdate({
+  const r = await conditionalUpdate({
     TableName: table(),
     Key: vesselKey(vesselId),
     UpdateExpression: input.update,
@@ -56,14 +50,12 @@ async function write(vesselId: string, input: { condition: string; update: strin
     ExpressionAttributeValues: { ...ended.values, ...input.values },
     ReturnValues: 'ALL_NEW',
   });
+  return r.ok ? (r.attributes as unknown as StoredVessel) : undefined;
 }
 
 /**
  * Claims attempt `attempt` of round `round` for sender `by`: only while it is the next attempt of the current round,
- * the delivery is pending, and no live claim holds it — or the claim is `by`'s own. The SDK sends a write again when
- * its answer was lost (a dropped connection); the second send then finds the first one's claim, which must count as
- * claimed, not as another sender's (else the attempt waits for the reconciler). False when another sender has it, or
- * it was made already.
+ * the delivery is pending, and no live claim holds it. False when another sender has it, or it was made already.
  */
 export async function claimAttempt(vessel: StoredVessel, m: { round: number; attempt: number }, by: string, now: number): Promise<boolean> {
   const claim = { attempt: m.attempt, at: now, by };
@@ -75,9 +67,9 @@ export async function claimAttempt(vessel: StoredVessel, m: { round: number; att
   const updated = await update(vessel.vesselId, {
     condition:
       '#w.#round = :round AND #w.#tried = :before AND #w.#wstatus = :pending AND ' +
-      '(attribute_not_exists(#w.#claim) OR #w.#claim.#attempt <> :attempt OR #w.#claim.#at < :stale OR #w.#claim.#by = :by)',
+      '(attribute_not_exists(#w.#claim) OR #w.#claim.#attempt <> :attempt OR #w.#claim.#at < :stale)',
     update: 'SET #w.#claim = :claim',
-    values: { ':round': m.round, ':before': m.attempt - 1, ':pending': 'pending', ':attempt': m.attempt, ':stale': now - CLAIM_STALE_MS, ':by': by, ':claim': claim },
+    values: { ':round': m.round, ':before': m.attempt - 1, ':pending': 'pending', ':attempt': m.attempt, ':stale': now - CLAIM_STALE_MS, ':claim': claim },
   });
   return updated !== undefined;
 }
@@ -87,9 +79,7 @@ export type AfterAttempt = { status: 'delivered' } | { status: 'pending'; nextAt
 
 /**
  * Records attempt `attempt` (made under claim `by`) and what the round became, in one write. Undefined when the claim
- * was lost meanwhile (a stale claim taken over, an operator's redelivery): the attempt is then not recorded. A write
- * the SDK sent again after its answer was lost finds its own first send done (the attempt recorded, the claim gone):
- * that is recorded, and answered as such.
+ * was lost meanwhile (a stale claim taken over, an operator's redelivery): the attempt is then not recorded.
  */
 export async function recordAttempt(vesselId: string, m: { round: number; attempt: number }, by: string, attempt: StoredAttempt, after: AfterAttempt): Promise<StoredWebhook | undefined> {
   const sets = ['#w.#tried = :attempt', '#w.#attempts = list_append(#w.#attempts, :one)', '#w.#wstatus = :status'];
@@ -105,28 +95,12 @@ export async function recordAttempt(vesselId: string, m: { round: number; attemp
     sets.push('#w.#failure = :failure');
     values[':failure'] = after.failure;
   }
-  const r = await write(vesselId, {
+  const updated = await update(vesselId, {
     condition: '#w.#round = :round AND #w.#tried = :before AND #w.#claim.#by = :by',
     update: `SET ${sets.join(', ')} REMOVE ${removes.join(', ')}`,
     values,
   });
-  if (r.ok) return (r.attributes as unknown as StoredVessel).webhook;
-  const seen = (r.seen as unknown as StoredVessel | undefined)?.webhook;
-  return seen && recordedAlready(seen, attempt) ? seen : undefined;
-}
-
-/** `attempt` is the last one `w` recorded, in its own round, and the round moved past it: this very write is done. */
-function recordedAlready(w: StoredWebhook, attempt: StoredAttempt): boolean {
-  const last = w.attempts.at(-1);
-  return (
-    w.round === attempt.round &&
-    w.tried === attempt.attempt &&
-    last !== undefined &&
-    last.round === attempt.round &&
-    last.attempt === attempt.attempt &&
-    last.at === attempt.at &&
-    last.durationMs === attempt.durationMs
-  );
+  return updated?.webhook;
 }
 
 /** Notes that an exhausted round is on the dead-letter queue (once). */

@@ -12,6 +12,7 @@ import {
 import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { env } from '../../lambdas/config/env.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { loseAnswers, type AnswerLoss, type WriteInput } from '../support/lost-answers.ts';
 
 let gw: TestGateway;
 
@@ -342,5 +343,60 @@ describe('compute meter', () => {
     const c = caller({ compute: 100 });
     const results = await Promise.all(Array.from({ length: 200 }, () => reserve({ caller: c, amounts: { ai: 0, compute: 3 }, enforce: ['compute'] })));
     expect(results.filter((r) => r.ok).length).toBe(33); // 33 × 3 = 99 ≤ 100; a 34th would make 102
+  });
+});
+
+describe('a write the SDK sends twice (its first answer lost) counts once (store/conditional.ts)', () => {
+  let loss: AnswerLoss;
+  beforeAll(() => {
+    loss = loseAnswers();
+  });
+  const isReserve = (input: WriteInput) => input.UpdateExpression?.includes('SET #writeToken = :writeToken, holds.#id = :hold') === true;
+  const isSettle = (input: WriteInput) => input.UpdateExpression?.includes('REMOVE holds.#id') === true && input.ConditionExpression?.startsWith('(attribute_exists(holds.#id))') === true;
+  const isMonth = (input: WriteInput) => input.Key?.pk?.S?.startsWith('devcompute#') === true;
+
+  it('a reservation with room left is held once, not twice', async () => {
+    const c = caller({ ai: 1000 });
+    loss.loseNext('reserve', isReserve);
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 300, compute: 0 }, enforce: ['ai'] }));
+    expect(loss.lost.at(-1)).toBe('reserve');
+    expect(await readUsage(c)).toMatchObject({ reserved: { ai: 300, compute: 0 }, openHolds: 1 });
+    expect(await settle(r, { ai: 120, compute: 0 })).toMatchObject({ settled: true });
+    expect(await readUsage(c)).toMatchObject({ used: { ai: 120, compute: 0 }, reserved: { ai: 0, compute: 0 }, openHolds: 0 });
+  });
+
+  it('… even when another request reserved between the two sends (the hold is its own key)', async () => {
+    const c = caller({ ai: 1000 });
+    let other: Reservation | undefined;
+    loss.loseNext('reserve', isReserve, async () => {
+      other = expectAdmitted(await reserve({ caller: c, amounts: { ai: 200, compute: 0 }, enforce: ['ai'] }));
+    });
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 300, compute: 0 }, enforce: ['ai'] }));
+    expect(other).toBeDefined();
+    expect(await readUsage(c)).toMatchObject({ reserved: { ai: 500, compute: 0 }, openHolds: 2 });
+    await settle(r, { ai: 300, compute: 0 });
+    await settle(other!, { ai: 200, compute: 0 });
+    expect(await readUsage(c)).toMatchObject({ used: { ai: 500, compute: 0 }, reserved: { ai: 0, compute: 0 }, openHolds: 0 });
+  });
+
+  it('the reservation that fills the budget is admitted, not refused over its own hold', async () => {
+    const c = caller({ ai: 300 });
+    loss.loseNext('reserve', isReserve);
+    const r = await reserve({ caller: c, amounts: { ai: 300, compute: 0 }, enforce: ['ai'] });
+    expect(loss.lost.at(-1)).toBe('reserve');
+    expect(r).toMatchObject({ ok: true, committed: { ai: 300, compute: 0 } });
+    expect(await readUsage(c)).toMatchObject({ reserved: { ai: 300, compute: 0 }, openHolds: 1 });
+  });
+
+  it("a run's settle, and the developer month it adds to: settled, and the month charged once", async () => {
+    const c = caller();
+    const dev = `dev-${randomBytes(4).toString('hex')}`;
+    const r = expectAdmitted(await reserve({ caller: c, amounts: { ai: 0, compute: 60 }, enforce: ['compute'], developerId: dev }));
+    loss.loseNext('settle', isSettle);
+    loss.loseNext('month', isMonth);
+    expect(await settle(r, { ai: 0, compute: 7 })).toMatchObject({ settled: true, used: { ai: 0, compute: 7 } });
+    expect(loss.lost.slice(-2)).toEqual(['settle', 'month']);
+    expect(await developerComputeUsed(dev)).toBe(7);
+    expect(await readUsage(c)).toMatchObject({ used: { ai: 0, compute: 7 }, reserved: { ai: 0, compute: 0 }, openHolds: 0 });
   });
 });

@@ -16,6 +16,7 @@ import {
 import { TIERS } from '../../lambdas/plans/tiers.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { loseAnswers, type AnswerLoss, type WriteInput } from '../support/lost-answers.ts';
 
 /**
  * Concurrency leases on DynamoDB Local: one conditional write admits at most the tier's number of leases at any
@@ -181,5 +182,37 @@ describe('keepLeaseAlive', () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(lost).toHaveBeenCalledTimes(1);
     orphan.stop();
+  });
+});
+
+describe('an acquisition the SDK sends twice (its first answer lost) takes one slot (store/conditional.ts)', () => {
+  let loss: AnswerLoss;
+  beforeAll(() => {
+    loss = loseAnswers();
+  });
+  const isAcquire = (input: WriteInput) => input.UpdateExpression?.includes('leases.#id = :lease') === true;
+
+  it('the last free slot is granted, not refused over its own lease; released, the slot is free again', async () => {
+    const dev = developer();
+    loss.loseNext('acquire', isAcquire);
+    const lease = held(await acquireLease(dev, holder(), 1, T0));
+    expect(loss.lost.at(-1)).toBe('acquire');
+    expect(await storedItem(dev)).toMatchObject({ held: 1 });
+    expect(await releaseLease(lease)).toEqual({ released: true });
+    expect(await storedItem(dev)).toMatchObject({ held: 0, leases: {} });
+    held(await acquireLease(dev, holder(), 1, T0));
+  });
+
+  it('… even when another acquisition landed between the two sends (the lease is its own key)', async () => {
+    const dev = developer();
+    let other: Lease | undefined;
+    loss.loseNext('acquire', isAcquire, async () => {
+      other = held(await acquireLease(dev, holder(), 3, T0));
+    });
+    const lease = held(await acquireLease(dev, holder(), 3, T0));
+    expect(await storedItem(dev)).toMatchObject({ held: 2 });
+    await releaseLease(lease);
+    await releaseLease(other!);
+    expect(await storedItem(dev)).toMatchObject({ held: 0, leases: {} });
   });
 });

@@ -2,10 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { env } from '../../lambdas/config/env.ts';
-import { conditionalPut, conditionalUpdate } from '../../lambdas/store/conditional.ts';
+import { conditionalPut, conditionalUpdate, updateOnce } from '../../lambdas/store/conditional.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { defineStates } from '../../lambdas/store/record-states.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { loseAnswers, type AnswerLoss, type WriteInput } from '../support/lost-answers.ts';
 
 let gw: TestGateway;
 
@@ -19,7 +20,14 @@ afterAll(async () => {
 // The Vessels table (pk, TTL on expiresAt) is as plain as a table gets; nothing else in this file's tables uses it.
 const table = () => env().VESSELS_TABLE;
 const freshKey = () => ({ pk: `cond#${randomBytes(6).toString('hex')}` });
-const read = async (key: { pk: string }) => (await documentClient().send(new GetCommand({ TableName: table(), Key: key, ConsistentRead: true }))).Item;
+/** The item as stored, with everything but the write token (checked on its own below). */
+const stored = async (key: { pk: string }) => (await documentClient().send(new GetCommand({ TableName: table(), Key: key, ConsistentRead: true }))).Item;
+const read = async (key: { pk: string }) => {
+  const item = await stored(key);
+  if (!item) return item;
+  const { writeToken: _token, ...rest } = item;
+  return rest;
+};
 
 describe('conditionalPut', () => {
   it('succeeds when the condition holds, with no attributes unless asked', async () => {
@@ -142,5 +150,110 @@ describe('a status transition is one conditional write', () => {
     expect(won.length).toBe(1);
     const final = (await read(key))!.status;
     for (const r of results) if (!r.ok) expect(r.seen?.status).toBe(final);
+  });
+});
+
+describe('a write the SDK sends twice (its first answer lost) happens once', () => {
+  let loss: AnswerLoss;
+  beforeAll(() => {
+    loss = loseAnswers();
+  });
+  /** The next write on `key` loses its answer. */
+  const loseOn = (name: string, key: { pk: string }) =>
+    loss.loseNext(name, (input: WriteInput) => input.Key?.pk?.S === key.pk || input.Item?.pk?.S === key.pk);
+  const counter = async () => {
+    const key = freshKey();
+    await conditionalPut({ TableName: table(), Item: { ...key, count: 1 }, ConditionExpression: 'attribute_not_exists(pk)' });
+    return key;
+  };
+  const add = (key: { pk: string }, max = 10) =>
+    conditionalUpdate({
+      TableName: table(),
+      Key: key,
+      UpdateExpression: 'ADD #c :one',
+      ConditionExpression: '#c < :max',
+      ExpressionAttributeNames: { '#c': 'count' },
+      ExpressionAttributeValues: { ':one': 1, ':max': max },
+      ReturnValues: 'ALL_NEW',
+    });
+
+  it('every write stores its own token; what the functions return never carries it', async () => {
+    const key = await counter();
+    const first = (await stored(key))!.writeToken;
+    expect(first).toMatch(/^[0-9a-f-]{36}$/);
+    expect(await add(key)).toEqual({ ok: true, attributes: { ...key, count: 2 } });
+    const second = (await stored(key))!.writeToken;
+    expect(second).toMatch(/^[0-9a-f-]{36}$/);
+    expect(second).not.toBe(first);
+    expect(await add(key, 2)).toEqual({ ok: false, seen: { ...key, count: 2 } });
+  });
+
+  it('an ADD whose condition still holds is not applied twice, and answers the item as it left it', async () => {
+    const key = await counter();
+    loseOn('add', key);
+    expect(await add(key)).toEqual({ ok: true, attributes: { ...key, count: 2 } });
+    expect(loss.lost.at(-1)).toBe('add');
+    expect(await read(key)).toEqual({ ...key, count: 2 });
+  });
+
+  it('a move whose condition its own first send made false is a success, not a refusal', async () => {
+    const key = freshKey();
+    await conditionalPut({ TableName: table(), Item: { ...key, state: 'queued' }, ConditionExpression: 'attribute_not_exists(pk)' });
+    loseOn('move', key);
+    const r = await conditionalUpdate({
+      TableName: table(),
+      Key: key,
+      UpdateExpression: 'SET #s = :to',
+      ConditionExpression: '#s = :from',
+      ExpressionAttributeNames: { '#s': 'state' },
+      ExpressionAttributeValues: { ':from': 'queued', ':to': 'running' },
+      ReturnValues: 'ALL_NEW',
+    });
+    expect(loss.lost.at(-1)).toBe('move');
+    expect(r).toEqual({ ok: true, attributes: { ...key, state: 'running' } });
+    // Another writer's same move is still refused, with what it saw.
+    const again = await conditionalUpdate({
+      TableName: table(),
+      Key: key,
+      UpdateExpression: 'SET #s = :to',
+      ConditionExpression: '#s = :from',
+      ExpressionAttributeNames: { '#s': 'state' },
+      ExpressionAttributeValues: { ':from': 'queued', ':to': 'running' },
+    });
+    expect(again).toEqual({ ok: false, seen: { ...key, state: 'running' } });
+  });
+
+  it('a put that creates an item is a success, not "exists already"', async () => {
+    const key = freshKey();
+    loseOn('create', key);
+    expect(await conditionalPut({ TableName: table(), Item: { ...key, v: 1 }, ConditionExpression: 'attribute_not_exists(pk)' })).toMatchObject({ ok: true });
+    expect(loss.lost.at(-1)).toBe('create');
+    expect(await read(key)).toEqual({ ...key, v: 1 });
+    expect(await conditionalPut({ TableName: table(), Item: { ...key, v: 2 }, ConditionExpression: 'attribute_not_exists(pk)' })).toEqual({ ok: false, seen: { ...key, v: 1 } });
+  });
+
+  it('updateOnce: a counter with no condition of its own is added to once', async () => {
+    const key = freshKey();
+    loseOn('count', key);
+    expect(await updateOnce({ TableName: table(), Key: key, UpdateExpression: 'ADD n :five', ExpressionAttributeValues: { ':five': 5 }, ReturnValues: 'UPDATED_NEW' })).toMatchObject({ n: 5 });
+    expect(loss.lost.at(-1)).toBe('count');
+    expect(await updateOnce({ TableName: table(), Key: key, UpdateExpression: 'ADD n :five', ExpressionAttributeValues: { ':five': 5 }, ReturnValues: 'UPDATED_NEW' })).toEqual({ n: 10 });
+    expect(await read(key)).toEqual({ ...key, n: 10 });
+  });
+
+  it('the update expression keeps its clauses whatever their order (SET first, last, or none)', async () => {
+    const key = await counter();
+    for (const expression of ['ADD #c :one SET a = :a', 'SET a = :a ADD #c :one', 'REMOVE gone ADD #c :one', 'set a = :a']) {
+      const r = await conditionalUpdate({
+        TableName: table(),
+        Key: key,
+        UpdateExpression: expression,
+        ConditionExpression: 'attribute_exists(pk)',
+        ExpressionAttributeNames: expression.includes('#c') ? { '#c': 'count' } : {},
+        ExpressionAttributeValues: { ...(expression.includes(':one') ? { ':one': 1 } : {}), ...(expression.includes(':a') ? { ':a': 'x' } : {}) },
+      });
+      expect(r, expression).toEqual({ ok: true });
+    }
+    expect(await read(key)).toEqual({ ...key, count: 4, a: 'x' });
   });
 });

@@ -1,0 +1,52 @@
+import type { PutItemCommandInput, UpdateItemCommandInput } from '@aws-sdk/client-dynamodb';
+import { resetInstanceState } from '../../lambdas/instance/state.ts';
+import { writeClient } from '../../lambdas/store/dynamo.ts';
+
+/** A write request as the conditional writes send it (store/conditional.ts): an UpdateItem or a PutItem. */
+export type WriteInput = Partial<UpdateItemCommandInput & PutItemCommandInput>;
+
+export interface AnswerLoss {
+  /**
+   * Drops the answer of the next write `match` accepts (once), after DynamoDB applied it; `between` runs before the
+   * SDK sends it again (another writer's write landing between the two sends).
+   */
+  loseNext(name: string, match: (input: WriteInput) => boolean, between?: () => Promise<unknown>): void;
+  /** The names of the writes whose answer was dropped, in order. */
+  readonly lost: string[];
+  /** Rules armed and not yet fired. */
+  pending(): string[];
+}
+
+/**
+ * Loses the answers of chosen conditional writes, as a connection dropped after DynamoDB applied them would: the error
+ * is a retryable network error (ECONNRESET), so the SDK sends the same request again, which then meets the first
+ * send's result. The step sits inside the SDK's retry loop (the deserialize step).
+ *
+ * The write client is built again first (instance state reset), since it resolves its middleware once per command
+ * class on first use: call this before the traffic it concerns, when nothing is in flight.
+ */
+export function loseAnswers(): AnswerLoss {
+  const rules: { name: string; match: (input: WriteInput) => boolean; between?: () => Promise<unknown> }[] = [];
+  const lost: string[] = [];
+  resetInstanceState();
+  writeClient().middlewareStack.add(
+    (next) => async (args) => {
+      const out = await next(args);
+      const input = args.input as WriteInput;
+      const index = rules.findIndex((r) => r.match(input));
+      if (index >= 0) {
+        const [rule] = rules.splice(index, 1);
+        lost.push(rule!.name);
+        await rule!.between?.();
+        throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+      }
+      return out;
+    },
+    { step: 'deserialize', name: 'loseAnswers', priority: 'high' },
+  );
+  return {
+    loseNext: (name, match, between) => void rules.push({ name, match, ...(between ? { between } : {}) }),
+    lost,
+    pending: () => rules.map((r) => r.name),
+  };
+}
