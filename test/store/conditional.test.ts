@@ -196,11 +196,9 @@ describe('a write the SDK sends twice (its first answer lost) happens once', () 
     expect(await read(key)).toEqual({ ...key, count: 2 });
   });
 
-  it('a move whose condition its own first send made false is a success, not a refusal', async () => {
-    const key = freshKey();
-    await conditionalPut({ TableName: table(), Item: { ...key, state: 'queued' }, ConditionExpression: 'attribute_not_exists(pk)' });
-    loseOn('move', key);
-    const r = await conditionalUpdate({
+  /** queued → running, answering the item as written. */
+  const start = (key: { pk: string }) =>
+    conditionalUpdate({
       TableName: table(),
       Key: key,
       UpdateExpression: 'SET #s = :to',
@@ -209,17 +207,16 @@ describe('a write the SDK sends twice (its first answer lost) happens once', () 
       ExpressionAttributeValues: { ':from': 'queued', ':to': 'running' },
       ReturnValues: 'ALL_NEW',
     });
+
+  it('a move whose condition its own first send made false is a success, not a refusal', async () => {
+    const key = freshKey();
+    await conditionalPut({ TableName: table(), Item: { ...key, state: 'queued' }, ConditionExpression: 'attribute_not_exists(pk)' });
+    loseOn('move', key);
+    const r = await start(key);
     expect(loss.lost.at(-1)).toBe('move');
     expect(r).toEqual({ ok: true, attributes: { ...key, state: 'running' } });
     // Another writer's same move is still refused, with what it saw.
-    const again = await conditionalUpdate({
-      TableName: table(),
-      Key: key,
-      UpdateExpression: 'SET #s = :to',
-      ConditionExpression: '#s = :from',
-      ExpressionAttributeNames: { '#s': 'state' },
-      ExpressionAttributeValues: { ':from': 'queued', ':to': 'running' },
-    });
+    const again = await start(key);
     expect(again).toEqual({ ok: false, seen: { ...key, state: 'running' } });
   });
 
