@@ -163,14 +163,14 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
       // The counters as this write left them: what remains can be told without another read (the proxy's header).
       ReturnValues: 'UPDATED_NEW',
     });
-    // Made: by this send, or by a first send whose answer was lost (the hold is there).
-    const made = written.ok ? written.attributes : (written.seen?.holds as Record<string, unknown> | undefined)?.[id] ? written.seen : undefined;
-    if (made) {
-      const after = (m: Meter) => (typeof made[`${m}Committed`] === 'number' ? (made[`${m}Committed`] as number) : 0);
+    // Made: by this send, or by a first send whose answer was lost (its hold is there).
+    if (written.ok || (written.seen?.holds as Record<string, unknown> | undefined)?.[id] !== undefined) {
+      const counters = written.ok ? written.attributes : written.seen;
+      const after = (m: Meter) => (typeof counters?.[`${m}Committed`] === 'number' ? (counters[`${m}Committed`] as number) : 0);
       const reservation: Reservation = { id, key, held: { ...input.amounts }, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) };
       return { ok: true, reservation, committed: { ai: after('ai'), compute: after('compute') } };
     }
-    const item = written.ok ? undefined : written.seen;
+    const item = written.seen;
     if (!item || !('holds' in item)) {
       await ensureWindowItem(key);
       continue;

@@ -37,13 +37,18 @@ export type ConditionalResult =
 type Conditional<T> = Omit<T, 'ReturnValuesOnConditionCheckFailure' | 'ConditionExpression'> & { ConditionExpression: string };
 
 export async function conditionalUpdate(input: Conditional<UpdateCommandInput>): Promise<ConditionalResult> {
+  return tokenedUpdate(input);
+}
+
+/** An update made once (the token), under the caller's condition when there is one. */
+async function tokenedUpdate(input: Omit<UpdateCommandInput, 'ReturnValuesOnConditionCheckFailure'>): Promise<ConditionalResult> {
   const { Key, ExpressionAttributeValues, ExpressionAttributeNames, UpdateExpression, ConditionExpression, ...rest } = input;
   const token = randomUUID();
   const command = new UpdateItemCommand({
     ...rest,
     Key: marshall(Key, MARSHALL),
     UpdateExpression: settingToken(UpdateExpression ?? ''),
-    ConditionExpression: `(${ConditionExpression}) AND ${NOT_YET}`,
+    ConditionExpression: ConditionExpression ? `(${ConditionExpression}) AND ${NOT_YET}` : NOT_YET,
     ExpressionAttributeNames: { ...ExpressionAttributeNames, ...TOKEN_NAMES },
     ExpressionAttributeValues: marshall({ ...ExpressionAttributeValues, [TOKEN_VALUE]: token }, MARSHALL),
     ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
@@ -57,8 +62,9 @@ export async function conditionalUpdate(input: Conditional<UpdateCommandInput>):
  * condition on the write's own key instead.
  */
 export async function updateOnce(input: Omit<UpdateCommandInput, 'ReturnValuesOnConditionCheckFailure' | 'ConditionExpression'>): Promise<StoredItem | undefined> {
-  const r = await conditionalUpdate({ ...input, ConditionExpression: 'attribute_exists(#writeToken) OR attribute_not_exists(#writeToken)' });
-  if (!r.ok) throw new Error('updateOnce: a write without a condition was refused');
+  const r = await tokenedUpdate(input);
+  // Only the token's condition was set, and a refusal that sees this write's token is answered as its success.
+  if (!r.ok) throw new Error('updateOnce: a write without a condition of its own was refused');
   return r.attributes;
 }
 
