@@ -151,7 +151,10 @@ function lambdaEnvironment(spec: FunctionSpec): NodeJS.ProcessEnv {
     // Every function is told every table's name.
     ...Object.fromEntries(TABLES.map((table) => [table.envVar, `prompt-gateway-${stage}-${table.id}`])),
   };
-  const queue = (name: string) => ({ url: `https://sqs.${region}.amazonaws.com/${account}/prompt-gateway-${stage}-${name}`, arn: arn('sqs', `prompt-gateway-${stage}-${name}`) });
+  const queue = (name: string) => ({
+    url: `https://sqs.${region}.amazonaws.com/${account}/prompt-gateway-${stage}-${name}`,
+    arn: arn('sqs', `prompt-gateway-${stage}-${name}`),
+  });
   for (const q of QUEUES.filter((q) => (access.queues as readonly string[]).includes(q.name))) {
     env[q.envVar] = queue(q.name).url;
     env[q.arnEnvVar] = queue(q.name).arn;

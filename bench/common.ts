@@ -78,7 +78,11 @@ export async function stopChild(child: ChildProcess, graceMs = 5000): Promise<vo
  * Runs `task` `count` times, `concurrency` at a time; returns each run's result and the wall time in seconds. The task
  * gets the run's index and its client's (0 … concurrency − 1: one client's runs follow each other).
  */
-export async function concurrently<T>(count: number, concurrency: number, task: (i: number, client: number) => Promise<T>): Promise<{ results: T[]; seconds: number }> {
+export async function concurrently<T>(
+  count: number,
+  concurrency: number,
+  task: (i: number, client: number) => Promise<T>,
+): Promise<{ results: T[]; seconds: number }> {
   const results: T[] = [];
   let next = 0;
   const started = performance.now();

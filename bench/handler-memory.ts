@@ -32,7 +32,11 @@ export async function handlerMemory(id: FunctionId): Promise<HandlerMemory> {
     await build(esbuildOptions(join(PROJECT_ROOT, functionSpec(id).entry), bundle));
     const shim = join(dir, 'awslambda-shim.mjs');
     await build({
-      stdin: { contents: "import { installAwsLambdaShim } from './bin/local/awslambda-shim.ts'; installAwsLambdaShim();", resolveDir: PROJECT_ROOT, loader: 'ts' },
+      stdin: {
+        contents: "import { installAwsLambdaShim } from './bin/local/awslambda-shim.ts'; installAwsLambdaShim();",
+        resolveDir: PROJECT_ROOT,
+        loader: 'ts',
+      },
       outfile: shim,
       bundle: true,
       platform: 'node',

@@ -132,9 +132,9 @@ export function writeOverheadReport(results: Results, knobs: Knobs): void {
     '',
     ...[...results.levels].flatMap(([c, level]) => levelTable(c, level)),
     `"paced" (concurrency 1): the same requests, each ${knobs.PACE_MS} ms after the previous answer (req/s counts the pauses).`,
-    'Back to back, a request\'s reservation waits for the previous request\'s settlement, which writes the same',
+    "Back to back, a request's reservation waits for the previous request's settlement, which writes the same",
     'ledger item after that answer was delivered, and DynamoDB Local serialises writes to one item; paced, each',
-    'request meets an idle store, so the paced rows show one request\'s own path.',
+    "request meets an idle store, so the paced rows show one request's own path.",
     '',
     '"ledger only" is one reservation and one settlement on DynamoDB Local, with no HTTP, at the same concurrency:',
     "the share of the gateway's overhead that belongs to the local store. DynamoDB Local serialises writes to one",
@@ -173,7 +173,17 @@ function levelTable(concurrency: number, results: Record<string, Figures>): stri
     '',
     '| scenario | p50 ms | p99 ms | first byte p50 ms | first byte p99 ms | req/s |',
     '|---|---|---|---|---|---|',
-    ...['direct, JSON', 'gateway, JSON', 'gateway, JSON, paced', 'direct, SSE', 'gateway, SSE', 'gateway, SSE, paced', 'ledger only', '/prompt, JSON', '/prompt, SSE']
+    ...[
+      'direct, JSON',
+      'gateway, JSON',
+      'gateway, JSON, paced',
+      'direct, SSE',
+      'gateway, SSE',
+      'gateway, SSE, paced',
+      'ledger only',
+      '/prompt, JSON',
+      '/prompt, SSE',
+    ]
       .filter((n) => results[n])
       .map(row),
     '',
@@ -200,7 +210,7 @@ function addedLatency(results: Results): string[] {
     '|---|---|---|---|---|---|',
     ...results.goals.map((g) => `| ${g.what} | ${ms(g.added.p50)} | ≤ ${ms(g.limit.p50)} | ${ms(g.added.p99)} | ≤ ${ms(g.limit.p99)} | ${metOrNot(g.met)} |`),
     '',
-    'Bounded by: the reservation write (DynamoDB Local, above), the gateway\'s CPU on the path (next sections), and',
+    "Bounded by: the reservation write (DynamoDB Local, above), the gateway's CPU on the path (next sections), and",
     'the three processes sharing two cores, which shows most at p99.',
     '',
   ];
@@ -225,14 +235,16 @@ function phases(results: Results): string[] {
   return [
     '### Where the time goes (phases, concurrency 1)',
     '',
-    'From the gateway\'s own access lines: the bench starts it with `LOCAL_ACCESS_LOG=json`, so `npm start` prints each',
+    "From the gateway's own access lines: the bench starts it with `LOCAL_ACCESS_LOG=json`, so `npm start` prints each",
     'access record as one `{"access": {…}}` line with `phases` (milliseconds) and `totalMs`; these are the records of',
     'the "gateway, JSON, paced" and "gateway, SSE, paced" runs above. "-": the gateway reported no such phase.',
-    ...(reported ? [] : ['', '**This run\'s gateway reported no phases** (it does not emit them yet), so the table is empty.']),
+    ...(reported ? [] : ['', "**This run's gateway reported no phases** (it does not emit them yet), so the table is empty."]),
     '',
     `| phase | ${kinds.map((k) => `${k} p50 ms | ${k} p99 ms`).join(' | ')} | what it is |`,
     `|---|${kinds.map(() => '---|---').join('|')}|---|`,
-    ...[...PHASES, 'total' as const].map((p) => `| ${p} | ${kinds.map((k) => `${ms(results.phases![k]![p].p50)} | ${ms(results.phases![k]![p].p99)}`).join(' | ')} | ${PHASE_MEANING[p]} |`),
+    ...[...PHASES, 'total' as const].map(
+      (p) => `| ${p} | ${kinds.map((k) => `${ms(results.phases![k]![p].p50)} | ${ms(results.phases![k]![p].p99)}`).join(' | ')} | ${PHASE_MEANING[p]} |`,
+    ),
     '',
     'settle is off the critical path: it follows the delivery of the answer (totalMs ends at delivery). The reservation',
     'and the settlement are bounded by DynamoDB Local; connect and firstByte by the simulated upstream on the same cores.',
@@ -245,9 +257,13 @@ function cpu(results: Results, knobs: Knobs): string[] {
   if (!c) return [];
   const g = c.gateway;
   const net = g.netCpuMsPerRequest ?? {};
-  const rows: string[] = [`| gateway (Node) | ${ms(g.cpuMsPerRequest.gateway)} | ${ms(net.gateway)} | ${ms(c.idleMsPerSecond.gateway, 1)} | ${g.rps.toFixed(0)} | ${ms(g.p50)} |`];
+  const rows: string[] = [
+    `| gateway (Node) | ${ms(g.cpuMsPerRequest.gateway)} | ${ms(net.gateway)} | ${ms(c.idleMsPerSecond.gateway, 1)} | ${g.rps.toFixed(0)} | ${ms(g.p50)} |`,
+  ];
   if (g.cpuMsPerRequest['DynamoDB Local'] !== undefined) {
-    rows.push(`| DynamoDB Local (Java, child of the gateway) | ${ms(g.cpuMsPerRequest['DynamoDB Local'])} | ${ms(net['DynamoDB Local'])} | ${ms(c.idleMsPerSecond['DynamoDB Local'], 1)} | (same run) | |`);
+    rows.push(
+      `| DynamoDB Local (Java, child of the gateway) | ${ms(g.cpuMsPerRequest['DynamoDB Local'])} | ${ms(net['DynamoDB Local'])} | ${ms(c.idleMsPerSecond['DynamoDB Local'], 1)} | (same run) | |`,
+    );
   }
   let comparison: string[];
   if ('run' in c.portkey) {
@@ -260,11 +276,13 @@ function cpu(results: Results, knobs: Knobs): string[] {
       'Portkey runs from a temporary `npm install @portkey-ai/gateway@1.15.2` (removed afterwards) as',
       '`node build/start-server.js --port=<free port> --headless`, with NODE_ENV=production. The same requests reach the',
       'same upstream through it with `x-portkey-provider: anthropic` and `x-portkey-custom-host: <upstream>/v1`',
-      '(it forwards /v1/messages to `<custom host>/messages` with the caller\'s `x-api-key`); the bench checks that its',
-      'answer equals the upstream\'s before measuring. Portkey meters nothing and keeps no budgets: no store call.',
+      "(it forwards /v1/messages to `<custom host>/messages` with the caller's `x-api-key`); the bench checks that its",
+      "answer equals the upstream's before measuring. Portkey meters nothing and keeps no budgets: no store call.",
     ];
   } else {
-    comparison = [`Portkey side-by-side: skipped (${c.portkey.skipped}). \`BENCH_PORTKEY=1 npm run bench\` (the default) installs it when the npm registry is reachable.`];
+    comparison = [
+      `Portkey side-by-side: skipped (${c.portkey.skipped}). \`BENCH_PORTKEY=1 npm run bench\` (the default) installs it when the npm registry is reachable.`,
+    ];
   }
   return [
     '### CPU per request',
@@ -272,7 +290,7 @@ function cpu(results: Results, knobs: Knobs): string[] {
     `Command: \`npm run bench\` (or \`BENCH_ONLY=cpu,portkey npm run bench\` to print these alone). ${knobs.CPU_CONCURRENCY} clients at once, each`,
     `sending as its own user (${knobs.CPU_CONCURRENCY} tokens of the development project), ${knobs.CPU_REQUESTS} JSON requests after ${knobs.CPU_WARMUP} of warm-up;`,
     `CPU = user + system time of each process from \`/proc/<pid>/stat\` (clock ticks of 1/${CLOCK_TICKS} s) before and after, ÷ requests.`,
-    'The figure includes everything the process did meanwhile, its idle background too: the local runtime\'s SQS',
+    "The figure includes everything the process did meanwhile, its idle background too: the local runtime's SQS",
     'pollers, scheduler and timers, measured over 5 idle seconds before the run ("idle CPU ms / s"), which a Lambda',
     'function does not run. "net" subtracts that background over the run\'s duration.',
     '',
@@ -283,7 +301,7 @@ function cpu(results: Results, knobs: Knobs): string[] {
     ...comparison,
     '',
     'Bounded by: throughput through the gateway is capped by DynamoDB Local (two conditional writes per request,',
-    'about 275 writes/s across items on this machine), so the gateway\'s req/s here says little about the gateway;',
+    "about 275 writes/s across items on this machine), so the gateway's req/s here says little about the gateway;",
     'its CPU per request is the figure that carries over to Lambda, where it is billed and where it sets latency.',
     '',
   ];
@@ -297,7 +315,7 @@ function memorySection(results: Results, knobs: Knobs): string[] {
     '',
     `Command: \`npm run bench\` (or \`BENCH_ONLY=memory npm run bench\`). Resident set size of the gateway's Node process from`,
     '`/proc/<pid>/status` (VmRSS; VmHWM is its peak since start): all handlers of the local runtime in one process,',
-    'with tsx compiling TypeScript, so more than one Lambda function\'s instance holds. DynamoDB Local is not included.',
+    "with tsx compiling TypeScript, so more than one Lambda function's instance holds. DynamoDB Local is not included.",
     '',
     '| state | RSS MB | live heap MB (after a full GC) |',
     '|---|---|---|',
@@ -314,20 +332,20 @@ function memorySection(results: Results, knobs: Knobs): string[] {
     `i.e. (figure with the streams open − idle figure) ÷ ${m.openAtSample} streams. It is a proxy for what one invocation holds: the request, its`,
     'reservation, the upstream socket, SSE parsing and metering state. The live heap is read through the inspector',
     '(the bench starts the gateway with `--inspect=127.0.0.1:<port>`; bench/inspector.ts) after a forced full GC, so it',
-    'counts only what the streams keep alive; RSS growth is the OS\'s view and is blunt here, since a heap with room',
-    'left by the earlier runs takes the streams without growing. The heap figure leaves out Buffers\' backing stores',
-    'and both leave out sockets\' kernel buffers. A Lambda',
+    "counts only what the streams keep alive; RSS growth is the OS's view and is blunt here, since a heap with room",
+    "left by the earlier runs takes the streams without growing. The heap figure leaves out Buffers' backing stores",
+    "and both leave out sockets' kernel buffers. A Lambda",
     'instance serves one request at a time, so an instance needs its resident baseline plus one such share.',
     '',
     ...(m.channeling
       ? [
           `Resident baseline of one fresh Channeling instance: **${ms(m.channeling.rssMb, 1)} MB RSS** (Node alone ${ms(m.channeling.nodeRssMb, 1)} MB; heap used ${ms(m.channeling.heapUsedMb, 1)} MB)`,
-          '— its bundle, built as the stack builds it (lib/bundling.ts), imported in a new Node process with Lambda\'s',
-          'NODE_OPTIONS and `awslambda` globals, after a full GC (bench/handler-memory.ts). Lambda\'s runtime client adds a',
+          "— its bundle, built as the stack builds it (lib/bundling.ts), imported in a new Node process with Lambda's",
+          "NODE_OPTIONS and `awslambda` globals, after a full GC (bench/handler-memory.ts). Lambda's runtime client adds a",
           'few MB; warm caches, connection pools and compiled code add more once requests have run.',
           '',
         ]
-      : ['A fresh Channeling instance could not be measured in this run; the local gateway\'s idle RSS stands in for it below.', '']),
+      : ["A fresh Channeling instance could not be measured in this run; the local gateway's idle RSS stands in for it below.", '']),
   ];
 }
 
@@ -357,7 +375,9 @@ function lambdaSize(results: Results): string[] {
     `p99 allowance of the latency goal (${s.cpuBudgetMs} ms over one store write). At that size the gateway's own Lambda time costs`,
     `${usd(lambdaUsdPer1000(s.memoryMb))} per 1,000 typical streams, ${((100 * lambdaUsdPer1000(s.memoryMb)) / ai).toFixed(2)} % of the ${usd(ai)} of AI spend it meters for them.`,
     ...(s.atCpuGoal
-      ? [`The choice follows the CPU figure: at the CPU goal (Portkey's ${ms(s.atCpuGoal.cpuMsPerRequest)} ms per request) the same rule gives ${s.atCpuGoal.memoryMb} MB, ${usd(lambdaUsdPer1000(s.atCpuGoal.memoryMb))} per 1,000 streams.`]
+      ? [
+          `The choice follows the CPU figure: at the CPU goal (Portkey's ${ms(s.atCpuGoal.cpuMsPerRequest)} ms per request) the same rule gives ${s.atCpuGoal.memoryMb} MB, ${usd(lambdaUsdPer1000(s.atCpuGoal.memoryMb))} per 1,000 streams.`,
+        ]
       : []),
     'Cold starts also shrink with a larger CPU share (init is CPU-bound: "Bundle sizes" below).',
     '',
@@ -372,19 +392,19 @@ function events(results: Results, knobs: Knobs): string[] {
     '',
     `Command: \`npm run bench\` (or \`BENCH_ONLY=events npm run bench\`). ${knobs.EVENT_RUNS} streams each way, one at a time, alternating, of`,
     `\`[[words:${knobs.EVENTS}]] [[delay:${knobs.EVENT_DELAY_MS}]]\`: ${knobs.EVENTS} text events ${knobs.EVENT_DELAY_MS} ms apart (all ${Math.round(e.gateway.events)} matched in each stream), plus the`,
-    'six framing events. The bench\'s upstream (bench/stamped-upstream.ts) notes the wall-clock time at which it writes',
-    'each text event (`wordN`); the client notes when that event\'s last byte arrives. Latency of an event = arrival −',
-    'send. Both clocks are the same machine\'s, so any fixed offset between the two processes cancels in gateway −',
+    "six framing events. The bench's upstream (bench/stamped-upstream.ts) notes the wall-clock time at which it writes",
+    "each text event (`wordN`); the client notes when that event's last byte arrives. Latency of an event = arrival −",
+    "send. Both clocks are the same machine's, so any fixed offset between the two processes cancels in gateway −",
     'direct. Spacing the events keeps each one a separate write, so the figure is the time one event spends in the',
-    'gateway (socket read, SSE parsing, metering, write), not a burst\'s queueing.',
+    "gateway (socket read, SSE parsing, metering, write), not a burst's queueing.",
     '',
     '| path | event latency p50 ms | p99 ms | max ms | mean ms |',
     '|---|---|---|---|---|',
     ...(['direct', 'gateway'] as const).map((k) => `| ${k} | ${ms(e[k].p50, 3)} | ${ms(e[k].p99, 3)} | ${ms(e[k].max, 3)} | ${ms(e[k].mean, 3)} |`),
     '',
     `Added per event: **+${ms(e.added.p50, 3)} ms at p50, +${ms(e.added.p99, 3)} ms at p99** (mean +${ms(e.added.mean, 3)} ms) — goal ≤ 1 ms at p99: ${metOrNot(e.added.p99 <= 1)}.`,
-    'The stream\'s total time is not compared: it is the upstream\'s pacing (timer delays of ≥ 1 ms), not the gateway\'s;',
-    'a delay that accumulated along the stream would show in the per-event latencies (the later events\' would grow).',
+    "The stream's total time is not compared: it is the upstream's pacing (timer delays of ≥ 1 ms), not the gateway's;",
+    "a delay that accumulated along the stream would show in the per-event latencies (the later events' would grow).",
     'Bounded by: the two cores shared by upstream, gateway and client (a descheduled process delays the events in',
     'flight), and the local runtime\'s own background work in the gateway process (its pollers and timers: "idle CPU"',
     'above), which a Lambda instance does not run: an event that arrives while they hold the event loop waits.',

@@ -68,7 +68,12 @@ function install(dir: string): Promise<{ ok: true } | { ok: false; reason: strin
       { timeout: INSTALL_TIMEOUT_MS, encoding: 'utf8' },
       (err, _stdout, stderr) => {
         if (!err) return resolve({ ok: true });
-        const why = err.killed ? `npm install timed out after ${INSTALL_TIMEOUT_MS / 1000} s` : (stderr.trim().split('\n').find((l) => /ERR!/.test(l)) ?? err.message);
+        const why = err.killed
+          ? `npm install timed out after ${INSTALL_TIMEOUT_MS / 1000} s`
+          : (stderr
+              .trim()
+              .split('\n')
+              .find((l) => /ERR!/.test(l)) ?? err.message);
         resolve({ ok: false, reason: `could not install ${PORTKEY_PACKAGE} (${why.trim()})` });
       },
     );

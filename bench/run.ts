@@ -67,7 +67,23 @@ const CPU_BUDGET_MS = 5;
 /** Minted bench users: a budget no run exhausts, so every request is admitted and metered. */
 const BENCH_BUDGET = { ai: 1_000_000_000, compute: 3_600, window: 'day' as const };
 
-const KNOBS = { REQUESTS, CONCURRENCY_LEVELS, WARMUP, PACE_MS, CPU_REQUESTS, CPU_WARMUP, CPU_CONCURRENCY, PORTKEY, STREAMS, STREAM_WORDS, STREAM_DELAY_MS, EVENTS, EVENT_RUNS, EVENT_DELAY_MS, MODEL };
+const KNOBS = {
+  REQUESTS,
+  CONCURRENCY_LEVELS,
+  WARMUP,
+  PACE_MS,
+  CPU_REQUESTS,
+  CPU_WARMUP,
+  CPU_CONCURRENCY,
+  PORTKEY,
+  STREAMS,
+  STREAM_WORDS,
+  STREAM_DELAY_MS,
+  EVENTS,
+  EVENT_RUNS,
+  EVENT_DELAY_MS,
+  MODEL,
+};
 
 interface Scenario {
   name: string;
@@ -127,7 +143,13 @@ async function run(s: Scenario, count: number, concurrency: number): Promise<Fig
 function summarize(results: { total: number; firstByte: number }[], seconds: number): Figures {
   const totals = results.map((r) => r.total);
   const firstBytes = results.map((r) => r.firstByte);
-  return { p50: percentile(totals, 50), p99: percentile(totals, 99), ttfb50: percentile(firstBytes, 50), ttfb99: percentile(firstBytes, 99), rps: results.length / seconds };
+  return {
+    p50: percentile(totals, 50),
+    p99: percentile(totals, 99),
+    ttfb50: percentile(firstBytes, 50),
+    ttfb99: percentile(firstBytes, 99),
+    rps: results.length / seconds,
+  };
 }
 
 /** The processes of one benchmark run and what the load generator needs to reach them. */
@@ -169,7 +191,12 @@ async function main() {
 
 async function startProcesses(dataDir: string, children: ChildProcess[]): Promise<Setup> {
   // It stamps the text events of streams as long as the per-event run's (bench/stamped-upstream.ts).
-  const upstream = spawnChild(process.execPath, ['--import', 'tsx', 'bench/stamped-upstream.ts'], { env: { ...process.env, BENCH_STAMP_MIN_EVENTS: String(EVENTS) } }, children);
+  const upstream = spawnChild(
+    process.execPath,
+    ['--import', 'tsx', 'bench/stamped-upstream.ts'],
+    { env: { ...process.env, BENCH_STAMP_MIN_EVENTS: String(EVENTS) } },
+    children,
+  );
   const upstreamUrl = (await upstream.waitFor(/^(http:\/\/[\d.:]+)$/, 30_000))[1]!;
 
   const port = await freePort();
@@ -228,7 +255,9 @@ async function mintUserTokens(n: number): Promise<string[]> {
   const project = await getProject(DEV_PROJECT);
   if (!project) throw new Error(`the gateway did not create the development project ${DEV_PROJECT}`);
   return Promise.all(
-    Array.from({ length: n }, (_, i) => mintToken({ projectId: project.projectId, userId: `bench-user-${i + 1}`, secret: project.secret, budget: BENCH_BUDGET, expiresInSeconds: 86_400 })),
+    Array.from({ length: n }, (_, i) =>
+      mintToken({ projectId: project.projectId, userId: `bench-user-${i + 1}`, secret: project.secret, budget: BENCH_BUDGET, expiresInSeconds: 86_400 }),
+    ),
   );
 }
 
@@ -272,7 +301,9 @@ async function latency(setup: Setup, results: Results): Promise<void> {
   printPhases(results.phases);
   results.goals = addedLatencyGoals(results);
   for (const g of results.goals) {
-    console.log(`added latency, ${g.what}: p50 +${ms(g.added.p50)} ms (goal ≤ ${ms(g.limit.p50)}), p99 +${ms(g.added.p99)} ms (goal ≤ ${ms(g.limit.p99)}): ${g.met ? 'met' : 'NOT met'}`);
+    console.log(
+      `added latency, ${g.what}: p50 +${ms(g.added.p50)} ms (goal ≤ ${ms(g.limit.p50)}), p99 +${ms(g.added.p99)} ms (goal ≤ ${ms(g.limit.p99)}): ${g.met ? 'met' : 'NOT met'}`,
+    );
   }
 }
 
@@ -294,7 +325,10 @@ async function ledgerOnly(concurrency: number): Promise<{ both: Figures; reserve
   const { results, seconds } = await pass(REQUESTS);
   const reserveTimes = results.map((r) => r.reserved);
   return {
-    both: summarize(results.map((r) => ({ total: r.total, firstByte: r.total })), seconds),
+    both: summarize(
+      results.map((r) => ({ total: r.total, firstByte: r.total })),
+      seconds,
+    ),
     reserve: { p50: percentile(reserveTimes, 50), p99: percentile(reserveTimes, 99) },
   };
 }
@@ -319,7 +353,9 @@ async function pacedGateway(setup: Setup, scenarios: Scenario[], level: Record<s
 function printPhases(phases: Results['phases']): void {
   if (!phases) return;
   const header = ['phase', ...Object.keys(phases).flatMap((k) => [`${k} p50`, `${k} p99`])];
-  console.log(`\nphases of the paced runs at concurrency 1 (ms, from the gateway's access lines; "-": not reported)\n${header.map((h) => h.padEnd(12)).join('')}`);
+  console.log(
+    `\nphases of the paced runs at concurrency 1 (ms, from the gateway's access lines; "-": not reported)\n${header.map((h) => h.padEnd(12)).join('')}`,
+  );
   for (const phase of [...PHASES, 'total'] as const) {
     const cells = Object.values(phases).flatMap((f: PhaseFigures) => [ms(f[phase].p50), ms(f[phase].p99)]);
     console.log([phase, ...cells].map((c) => c.padEnd(12)).join(''));
@@ -355,7 +391,9 @@ async function cpuRuns(setup: Setup, children: ChildProcess[]): Promise<Results[
     console.log('\nCPU per request: skipped (no /proc on this system)');
     return undefined;
   }
-  const users: Scenario[] = setup.userTokens.slice(0, CPU_CONCURRENCY).map((token, i) => ({ name: `gateway, user ${i + 1}`, url: setup.gatewayUrl, headers: { 'x-api-key': token }, stream: false }));
+  const users: Scenario[] = setup.userTokens
+    .slice(0, CPU_CONCURRENCY)
+    .map((token, i) => ({ name: `gateway, user ${i + 1}`, url: setup.gatewayUrl, headers: { 'x-api-key': token }, stream: false }));
   const processes: Record<string, number> = { gateway: setup.gatewayPid };
   if (setup.dynamoPid) processes['DynamoDB Local'] = setup.dynamoPid;
   const idle = await idleCpu(processes);
@@ -363,7 +401,13 @@ async function cpuRuns(setup: Setup, children: ChildProcess[]): Promise<Results[
   gateway.netCpuMsPerRequest = Object.fromEntries(
     Object.entries(gateway.cpuMsPerRequest).map(([label, perRequest]) => [label, perRequest - (idle[label]! * gateway.seconds) / gateway.requests]),
   );
-  console.log(`  net of the idle background (${Object.entries(idle).map(([l, v]) => `${l} ${ms(v, 1)} ms/s`).join(', ')}): ${Object.entries(gateway.netCpuMsPerRequest).map(([l, v]) => `${l} ${ms(v)} ms`).join(', ')}`);
+  console.log(
+    `  net of the idle background (${Object.entries(idle)
+      .map(([l, v]) => `${l} ${ms(v, 1)} ms/s`)
+      .join(', ')}): ${Object.entries(gateway.netCpuMsPerRequest)
+      .map(([l, v]) => `${l} ${ms(v)} ms`)
+      .join(', ')}`,
+  );
   const portkey = runs('portkey') ? await portkeyLoad(setup, children) : { skipped: PORTKEY ? 'not selected (BENCH_ONLY)' : 'BENCH_PORTKEY=0' };
   const cpu: NonNullable<Results['cpu']> = { gateway, idleMsPerSecond: idle, portkey };
   if ('run' in cpu.portkey) {
@@ -399,11 +443,18 @@ async function cpuLoad(name: string, users: Scenario[], processes: Record<string
     requests: CPU_REQUESTS,
     seconds,
     rps: CPU_REQUESTS / seconds,
-    p50: percentile(results.map((r) => r.total), 50),
+    p50: percentile(
+      results.map((r) => r.total),
+      50,
+    ),
     cpuMsPerRequest: Object.fromEntries(Object.entries(cpu).map(([label, total]) => [label, total / CPU_REQUESTS])),
   };
-  const perProcess = Object.entries(run.cpuMsPerRequest).map(([label, v]) => `${label} ${ms(v)} ms`).join(', ');
-  console.log(`\nCPU per request, ${name} (${CPU_REQUESTS} JSON requests, ${users.length} concurrent): ${perProcess}; ${run.rps.toFixed(0)} req/s, p50 ${ms(run.p50)} ms`);
+  const perProcess = Object.entries(run.cpuMsPerRequest)
+    .map(([label, v]) => `${label} ${ms(v)} ms`)
+    .join(', ');
+  console.log(
+    `\nCPU per request, ${name} (${CPU_REQUESTS} JSON requests, ${users.length} concurrent): ${perProcess}; ${run.rps.toFixed(0)} req/s, p50 ${ms(run.p50)} ms`,
+  );
   return run;
 }
 
@@ -417,7 +468,13 @@ async function portkeyLoad(setup: Setup, children: ChildProcess[]): Promise<{ ru
     // The same answer as the upstream's own, before anything is measured.
     const [viaPortkey, direct] = await Promise.all([answerText(s), answerText({ ...s, url: setup.upstreamUrl })]);
     if (viaPortkey !== direct) return { skipped: `its answer differs from the upstream's: ${viaPortkey.slice(0, 200)}` };
-    return { run: await cpuLoad('Portkey', Array.from({ length: CPU_CONCURRENCY }, () => s), { Portkey: portkey.pid }) };
+    return {
+      run: await cpuLoad(
+        'Portkey',
+        Array.from({ length: CPU_CONCURRENCY }, () => s),
+        { Portkey: portkey.pid },
+      ),
+    };
   } finally {
     await portkey.stop();
   }
@@ -496,7 +553,14 @@ async function runSlowStreams(setup: Setup, whenAllOpen: (stillOpen: () => numbe
   let measured: Promise<void> | undefined;
   await Promise.all(
     Array.from({ length: STREAMS }, async (_, i) => {
-      const s: Scenario = { name: 'slow stream', url: setup.gatewayUrl, headers: { 'x-api-key': setup.userTokens[i % setup.userTokens.length]! }, stream: true, message, maxTokens: STREAM_WORDS + 64 };
+      const s: Scenario = {
+        name: 'slow stream',
+        url: setup.gatewayUrl,
+        headers: { 'x-api-key': setup.userTokens[i % setup.userTokens.length]! },
+        stream: true,
+        message,
+        maxTokens: STREAM_WORDS + 64,
+      };
       let mine = false;
       try {
         await once(s, () => {
@@ -520,7 +584,9 @@ function printMemory(m: MemoryFigures): void {
       `streams took ${m.seconds.toFixed(1)} s`,
   );
   if (m.channeling) {
-    console.log(`fresh Channeling instance (its bundle imported in a new Node process): RSS ${ms(m.channeling.rssMb, 1)} MB (Node alone ${ms(m.channeling.nodeRssMb, 1)} MB), heap used ${ms(m.channeling.heapUsedMb, 1)} MB`);
+    console.log(
+      `fresh Channeling instance (its bundle imported in a new Node process): RSS ${ms(m.channeling.rssMb, 1)} MB (Node alone ${ms(m.channeling.nodeRssMb, 1)} MB), heap used ${ms(m.channeling.heapUsedMb, 1)} MB`,
+    );
   }
 }
 
@@ -635,4 +701,3 @@ main().catch((err: unknown) => {
   console.error(err);
   process.exit(1);
 });
-

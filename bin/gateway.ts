@@ -21,8 +21,8 @@ const GLOBAL_HELP = [
   'Flags for every command:',
   '  --json           machine-readable output on stdout; errors as {"error": …} on stderr',
   '  --stack NAME     work on a deployed stack (tables and KMS key from its CloudFormation outputs)',
-  '  --region R       the stack\'s region (default: AWS_REGION)',
-  '  --data-dir DIR   the local gateway\'s DATA_DIR (default: $DATA_DIR, else .data)',
+  "  --region R       the stack's region (default: AWS_REGION)",
+  "  --data-dir DIR   the local gateway's DATA_DIR (default: $DATA_DIR, else .data)",
   '',
   'Exit codes: 0 done, 1 refused (e.g. unknown project), 2 wrong invocation.',
 ];
@@ -41,7 +41,7 @@ function help(): string {
     '',
     ...GLOBAL_HELP,
     '',
-    'gateway <group> --help lists one group\'s commands: ' + [...GROUPS.keys()].join(', ') + '.',
+    "gateway <group> --help lists one group's commands: " + [...GROUPS.keys()].join(', ') + '.',
   ].join('\n');
 }
 

@@ -171,7 +171,11 @@ export class GatewayStack extends Stack {
     output('Region', this.region, 'Region of the deployed gateway');
     // The CLI's `webhook redeliver` puts a delivery back on the webhook queue.
     output('WebhookQueueUrl', this.queues.byName.webhook.queue.queueUrl, 'SQS queue of webhook deliveries (gateway webhook redeliver sends to it)');
-    output('WebhookDeadLetterQueueUrl', this.queues.byName.webhook.deadLetterQueue.queueUrl, 'Webhook deliveries whose retries are exhausted (docs/webhooks.md)');
+    output(
+      'WebhookDeadLetterQueueUrl',
+      this.queues.byName.webhook.deadLetterQueue.queueUrl,
+      'Webhook deliveries whose retries are exhausted (docs/webhooks.md)',
+    );
     output('DashboardName', observability.dashboard.dashboardName, 'CloudWatch dashboard');
     for (const [fnId, f] of Object.entries(functions)) output(`${fnId}FunctionName`, f.fn.functionName, `Lambda function of ${fnId}`);
   }

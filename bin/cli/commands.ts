@@ -55,17 +55,35 @@ function takesEffect(target: Pick<Target, 'kind' | 'secretCacheSeconds'>, change
   const within = `Running gateway instances pick up the change within ${s} s (SECRET_CACHE_SECONDS)`;
   switch (change) {
     case 'secret':
-      return { seconds: s, text: `${within}; a token signed with the new secret makes an instance re-read the project at once, so new tokens work immediately, while tokens signed with the old secret keep working for up to ${s} s.` };
+      return {
+        seconds: s,
+        text: `${within}; a token signed with the new secret makes an instance re-read the project at once, so new tokens work immediately, while tokens signed with the old secret keep working for up to ${s} s.`,
+      };
     case 'provider-key':
-      return { seconds: s, text: `${within}; if the project had no key for this provider, the first request that needs one makes an instance re-read the project at once.` };
+      return {
+        seconds: s,
+        text: `${within}; if the project had no key for this provider, the first request that needs one makes an instance re-read the project at once.`,
+      };
     case 'pricing':
-      return { seconds: s, text: `${within}; if the model had no price for this project, the first request for it makes an instance re-read the project at once.` };
+      return {
+        seconds: s,
+        text: `${within}; if the model had no price for this project, the first request for it makes an instance re-read the project at once.`,
+      };
   }
 }
 
-const count = (name: string) => z.coerce.number({ error: `--${name} must be a number` }).int(`--${name} must be a whole number`).nonnegative(`--${name} must not be negative`);
-const usd = (name: string) => z.coerce.number({ error: `--${name} must be a number` }).nonnegative(`--${name} must not be negative`).finite();
-const required = <T extends z.ZodType>(name: string, schema: T) => z.preprocess((v) => v, z.string({ error: `--${name} is required` }).pipe(schema as never)) as unknown as T;
+const count = (name: string) =>
+  z.coerce
+    .number({ error: `--${name} must be a number` })
+    .int(`--${name} must be a whole number`)
+    .nonnegative(`--${name} must not be negative`);
+const usd = (name: string) =>
+  z.coerce
+    .number({ error: `--${name} must be a number` })
+    .nonnegative(`--${name} must not be negative`)
+    .finite();
+const required = <T extends z.ZodType>(name: string, schema: T) =>
+  z.preprocess((v) => v, z.string({ error: `--${name} is required` }).pipe(schema as never)) as unknown as T;
 
 function parse<T extends z.ZodRawShape>(shape: T, flags: Flags): z.infer<z.ZodObject<T>> {
   const result = z.object(shape).safeParse(flags);
@@ -99,18 +117,27 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'developer create --id ID --plan-seconds N [--pool-seconds N]',
     summary: 'register a developer with a monthly plan of compute seconds (and an optional pool on top)',
     async run(flags, ctx) {
-      const o = parse({ id: required('id', Identifier), 'plan-seconds': required('plan-seconds', count('plan-seconds')), 'pool-seconds': count('pool-seconds').optional() }, flags);
+      const o = parse(
+        { id: required('id', Identifier), 'plan-seconds': required('plan-seconds', count('plan-seconds')), 'pool-seconds': count('pool-seconds').optional() },
+        flags,
+      );
       await ctx.connect();
       const dev = await createDeveloper({ developerId: o.id, planSeconds: o['plan-seconds'], poolSeconds: o['pool-seconds'] });
       const tier = tierFor(dev.planSeconds);
-      return { data: { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency }, text: `Created developer ${dev.developerId} (${tier.name} tier, ${tier.maxConcurrency} concurrent runs)` };
+      return {
+        data: { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency },
+        text: `Created developer ${dev.developerId} (${tier.name} tier, ${tier.maxConcurrency} concurrent runs)`,
+      };
     },
   },
   'developer set-plan': {
     usage: 'developer set-plan --id ID --plan-seconds N [--pool-seconds N]',
     summary: "change a developer's monthly plan (and pool); the tier it gives applies from the next run",
     async run(flags, ctx) {
-      const o = parse({ id: required('id', Identifier), 'plan-seconds': required('plan-seconds', count('plan-seconds')), 'pool-seconds': count('pool-seconds').optional() }, flags);
+      const o = parse(
+        { id: required('id', Identifier), 'plan-seconds': required('plan-seconds', count('plan-seconds')), 'pool-seconds': count('pool-seconds').optional() },
+        flags,
+      );
       await ctx.connect();
       const dev = await setDeveloperPlan(o.id, { planSeconds: o['plan-seconds'], poolSeconds: o['pool-seconds'] });
       const tier = tierFor(dev.planSeconds);
@@ -210,7 +237,8 @@ export const COMMANDS: Record<string, Command> = {
     },
   },
   'project set-pricing': {
-    usage: 'project set-pricing --project ID --model M --input-usd-per-mtok X --output-usd-per-mtok Y [--cache-read-usd-per-mtok X] [--cache-write-usd-per-mtok X]',
+    usage:
+      'project set-pricing --project ID --model M --input-usd-per-mtok X --output-usd-per-mtok Y [--cache-read-usd-per-mtok X] [--cache-write-usd-per-mtok X]',
     summary: "set the project's price for a model, in USD per million tokens (wins over the bundled table)",
     async run(flags, ctx) {
       const o = parse(
@@ -266,7 +294,10 @@ export const COMMANDS: Record<string, Command> = {
       await ctx.connect();
       const out = await refusedAsRegistryError(() => redeliverWebhook(o.vessel));
       const when = out.handedOff ? 'first attempt now' : 'the webhook queue did not answer: the reconciler hands it off within minutes';
-      return { data: out, text: `Redelivering the callback of vessel ${out.vesselId}: round ${out.round}, ${when} (gateway webhook show --vessel ${out.vesselId} follows it)` };
+      return {
+        data: out,
+        text: `Redelivering the callback of vessel ${out.vesselId}: round ${out.round}, ${when} (gateway webhook show --vessel ${out.vesselId} follows it)`,
+      };
     },
   },
   'token mint': {

@@ -31,7 +31,6 @@ export class LocalResponseStream extends Writable {
     });
   }
 
-
   setPrelude(prelude: Prelude): void {
     this.prelude = prelude;
   }

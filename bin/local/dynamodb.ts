@@ -162,7 +162,10 @@ function compiledLauncher(java: string, javaVersion: string, jar: string, cacheR
     const source = join(work, `${LAUNCHER_CLASS}.java`);
     writeFileSync(source, LAUNCHER_SOURCE);
     const out = join(work, 'classes');
-    const javac = spawnSync(java, ['-m', 'jdk.compiler/com.sun.tools.javac.Main', '-nowarn', '-d', out, '-cp', jar, source], { encoding: 'utf8', timeout: 120_000 });
+    const javac = spawnSync(java, ['-m', 'jdk.compiler/com.sun.tools.javac.Main', '-nowarn', '-d', out, '-cp', jar, source], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
     if (javac.status !== 0) {
       const why = `${javac.stderr ?? ''}${javac.stdout ?? ''}`.trim() || javac.error?.message || `exit ${javac.status}`;
       throw new JavaRequiredError(
@@ -281,7 +284,8 @@ function attributeDefinitions(spec: TableSpec): AttributeDefinition[] {
   const byName = new Map<string, AttributeDefinition>();
   for (const key of keys) {
     const known = byName.get(key.name);
-    if (known && known.AttributeType !== key.type) throw new Error(`${spec.id}: attribute ${key.name} is declared both ${known.AttributeType} and ${key.type} (lambdas/store/tables.ts)`);
+    if (known && known.AttributeType !== key.type)
+      throw new Error(`${spec.id}: attribute ${key.name} is declared both ${known.AttributeType} and ${key.type} (lambdas/store/tables.ts)`);
     byName.set(key.name, { AttributeName: key.name, AttributeType: key.type });
   }
   return [...byName.values()];
@@ -342,7 +346,8 @@ async function ensureIndexes(client: DynamoDBClient, name: string, spec: TableSp
     const current = await describe();
     const pending = indexes.filter((index) => current.find((i) => i.IndexName === index.name)?.IndexStatus !== 'ACTIVE');
     if (pending.length === 0) return;
-    if (Date.now() > deadline) throw new Error(`Table ${name}: index ${pending.map((i) => i.name).join(', ')} did not become ACTIVE within ${INDEX_ACTIVE_TIMEOUT_MS / 1000} s`);
+    if (Date.now() > deadline)
+      throw new Error(`Table ${name}: index ${pending.map((i) => i.name).join(', ')} did not become ACTIVE within ${INDEX_ACTIVE_TIMEOUT_MS / 1000} s`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }

@@ -29,7 +29,8 @@ function loadFauxqs(): Promise<typeof import('fauxqs')> {
     const emitWarning = process.emitWarning;
     process.emitWarning = function (this: NodeJS.Process, warning: string | Error, ...rest: unknown[]) {
       const message = typeof warning === 'string' ? warning : warning.message;
-      const type = typeof rest[0] === 'string' ? rest[0] : ((rest[0] as { type?: string } | undefined)?.type ?? (warning instanceof Error ? warning.name : undefined));
+      const type =
+        typeof rest[0] === 'string' ? rest[0] : ((rest[0] as { type?: string } | undefined)?.type ?? (warning instanceof Error ? warning.name : undefined));
       if (type === 'ExperimentalWarning' && message.startsWith('SQLite is an experimental feature')) return;
       return Reflect.apply(emitWarning, this, [warning, ...rest]) as void;
     } as typeof process.emitWarning;

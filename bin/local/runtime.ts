@@ -94,8 +94,8 @@ export type LocalFunction = {
   /** The name in the Lambda context and in local error lines (`ConjureApi` → `conjure-api`). */
   readonly functionName: string;
   readonly timeoutMs: number;
-} & (
-  /** Requests whose path is one of `paths` or under it, as a function-URL event to a streaming handler. */
+} & /** Requests whose path is one of `paths` or under it, as a function-URL event to a streaming handler. */
+(
   | { readonly kind: 'streaming-url'; readonly paths: readonly string[] }
   /** Requests matching `routes` (and any path no other function serves), as an API Gateway REST proxy event. */
   | { readonly kind: 'rest'; readonly routes: readonly RestRoute[] }
@@ -141,7 +141,9 @@ export function rateIntervalMs(expression: string): number {
   if (unitMs === undefined) throw new Error(`${expression}: the unit must be minute(s), hour(s) or day(s) (EventBridge rules run at most once a minute)`);
   if (value < 1) throw new Error(`${expression}: the value must be a positive whole number`);
   if ((value === 1) !== (unit === singular)) {
-    throw new Error(`${expression}: EventBridge wants the singular unit for 1 and the plural otherwise (rate(1 ${singular}), rate(${value === 1 ? 2 : value} ${singular}s))`);
+    throw new Error(
+      `${expression}: EventBridge wants the singular unit for 1 and the plural otherwise (rate(1 ${singular}), rate(${value === 1 ? 2 : value} ${singular}s))`,
+    );
   }
   return value * unitMs;
 }
@@ -235,7 +237,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     if (simulated) {
       upstreams.anthropic = await startAnthropicUpstream();
       upstreams.openai = await startOpenAIUpstream();
-      cleanups.push(() => upstreams.anthropic!.close(), () => upstreams.openai!.close());
+      cleanups.push(
+        () => upstreams.anthropic!.close(),
+        () => upstreams.openai!.close(),
+      );
       upstreamEnv.ANTHROPIC_BASE_URL = upstreams.anthropic.url;
       upstreamEnv.ANTHROPIC_API_KEY = 'sk-ant-simulated';
       upstreamEnv.OPENAI_BASE_URL = `${upstreams.openai.url}/v1`;
@@ -393,18 +398,45 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     if (webSockets) cleanups.push(() => webSockets!.stop());
     const { port } = server.address() as { port: number };
     const url = `http://${opts.host ?? '127.0.0.1'}:${port}`;
-    const websocket = webSockets ? { url: `ws://${opts.host ?? '127.0.0.1'}:${port}${WEBSOCKET_PATH}`, managementEndpoint: webSockets.managementEndpoint } : undefined;
+    const websocket = webSockets
+      ? { url: `ws://${opts.host ?? '127.0.0.1'}:${port}${WEBSOCKET_PATH}`, managementEndpoint: webSockets.managementEndpoint }
+      : undefined;
 
     if (dataDir) {
       writeFileSync(
         join(dataDir, 'runtime.json'),
-        JSON.stringify({ url, pid: process.pid, dynamoEndpoint, tables, keyFile: process.env.PROVIDER_KEYS_LOCAL_KEY_FILE, sqsEndpoint: queues.endpoint, queues: queues.urls }, null, 2),
+        JSON.stringify(
+          {
+            url,
+            pid: process.pid,
+            dynamoEndpoint,
+            tables,
+            keyFile: process.env.PROVIDER_KEYS_LOCAL_KEY_FILE,
+            sqsEndpoint: queues.endpoint,
+            queues: queues.urls,
+          },
+          null,
+          2,
+        ),
         { mode: 0o600 },
       );
       chmodSync(join(dataDir, 'runtime.json'), 0o600);
       cleanups.push(() => rmSync(join(dataDir, 'runtime.json'), { force: true }));
     }
-    return { url, dynamoEndpoint, tables, queues, scheduler, upstreams, simulated, functions: served, ...(websocket ? { websocket } : {}), invokeScheduled, invocationsDone, stop: stopAll };
+    return {
+      url,
+      dynamoEndpoint,
+      tables,
+      queues,
+      scheduler,
+      upstreams,
+      simulated,
+      functions: served,
+      ...(websocket ? { websocket } : {}),
+      invokeScheduled,
+      invocationsDone,
+      stop: stopAll,
+    };
   } catch (err) {
     await stopAll();
     throw err;
@@ -436,12 +468,14 @@ function scheduledRunner(fn: Served & { kind: 'schedule' }, intervalMs: number):
       }
     })();
     current = invocation;
-    void invocation.then(
-      () => undefined,
-      () => undefined,
-    ).then(() => {
-      if (current === invocation) current = undefined;
-    });
+    void invocation
+      .then(
+        () => undefined,
+        () => undefined,
+      )
+      .then(() => {
+        if (current === invocation) current = undefined;
+      });
     return invocation;
   };
   const tick = () => {
@@ -598,7 +632,10 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   }
   const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
   const status = tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request';
-  const body = JSON.stringify({ error: tooLarge ? 'request_headers_too_large' : 'bad_request', message: `Malformed HTTP request (${err.code ?? 'parse error'})` });
+  const body = JSON.stringify({
+    error: tooLarge ? 'request_headers_too_large' : 'bad_request',
+    message: `Malformed HTTP request (${err.code ?? 'parse error'})`,
+  });
   socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 
@@ -620,7 +657,16 @@ function closeServer(server: Server): Promise<void> {
 }
 
 /** What the gateway keeps in DATA_DIR (and what a file browser adds); a directory holding only these is the gateway's. */
-const DATA_DIR_ENTRIES = new Set(['dynamodb', 'provider-keys.key', 'runtime.json', 'dev-token.txt', 'schedules.json', 'schedules.json.tmp', 'tmp', '.DS_Store']);
+const DATA_DIR_ENTRIES = new Set([
+  'dynamodb',
+  'provider-keys.key',
+  'runtime.json',
+  'dev-token.txt',
+  'schedules.json',
+  'schedules.json.tmp',
+  'tmp',
+  '.DS_Store',
+]);
 
 /**
  * DATA_DIR holds the provider-key key, the registry (project secrets) and a 30-day token: it is created 0700 and
@@ -636,7 +682,9 @@ function privateDataDir(dir: string): void {
     const foreign = readdirSync(dir).filter((entry) => !DATA_DIR_ENTRIES.has(entry));
     const mine = st.uid === process.getuid?.();
     if (!mine || foreign.length > 0) {
-      const why = mine ? `holds files that are not the gateway's (${foreign.slice(0, 3).join(', ')}${foreign.length > 3 ? ', …' : ''})` : 'belongs to another user';
+      const why = mine
+        ? `holds files that are not the gateway's (${foreign.slice(0, 3).join(', ')}${foreign.length > 3 ? ', …' : ''})`
+        : 'belongs to another user';
       throw new Error(
         `DATA_DIR ${dir} is open to other users (mode ${(st.mode & 0o777).toString(8)}) and ${why}; the gateway keeps secrets there. ` +
           `Use a directory of its own (e.g. DATA_DIR=${join(dir, '.prompt-gateway')}) or run: chmod 700 ${dir}`,

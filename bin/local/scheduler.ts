@@ -169,7 +169,12 @@ export class LocalScheduler implements Scheduler {
       const url = new URL(req.url ?? '/', 'http://scheduler.local');
       const match = /^\/schedules\/([^/]+)$/.exec(url.pathname);
       const body = await readRequest(req);
-      if (!match) throw new SchedulerError(404, 'UnknownOperationException', `The scheduler stand-in serves CreateSchedule and DeleteSchedule only, not ${req.method} ${url.pathname}`);
+      if (!match)
+        throw new SchedulerError(
+          404,
+          'UnknownOperationException',
+          `The scheduler stand-in serves CreateSchedule and DeleteSchedule only, not ${req.method} ${url.pathname}`,
+        );
       const name = decodeURIComponent(match[1]!);
       if (req.method === 'POST') {
         answer(res, 200, this.create(name, parseJson(body)));
@@ -177,7 +182,11 @@ export class LocalScheduler implements Scheduler {
         this.remove(name, url.searchParams.get('groupName') ?? 'default');
         answer(res, 200, {});
       } else {
-        throw new SchedulerError(404, 'UnknownOperationException', `The scheduler stand-in serves CreateSchedule and DeleteSchedule only, not ${req.method} ${url.pathname}`);
+        throw new SchedulerError(
+          404,
+          'UnknownOperationException',
+          `The scheduler stand-in serves CreateSchedule and DeleteSchedule only, not ${req.method} ${url.pathname}`,
+        );
       }
     } catch (err) {
       if (err instanceof SchedulerError) {

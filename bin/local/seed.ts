@@ -3,7 +3,15 @@ import { join, resolve } from 'node:path';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { PROVIDERS_WITH_PROJECT_KEYS, type ProjectProvider } from '../../lambdas/registry/model.ts';
-import { createDeveloper, createProject, getDeveloper, getProject, providerKeyFor, removeProviderKey, setProviderKey } from '../../lambdas/registry/registry.ts';
+import {
+  createDeveloper,
+  createProject,
+  getDeveloper,
+  getProject,
+  providerKeyFor,
+  removeProviderKey,
+  setProviderKey,
+} from '../../lambdas/registry/registry.ts';
 
 export const DEV_DEVELOPER = 'dev';
 export const DEV_PROJECT = 'dev-project';

@@ -56,7 +56,7 @@ export function runAdmittedSegment(input: AdmittedRunInput): Promise<RunOutcome>
 async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Promise<T>): Promise<T> {
   const { admission, started } = input;
   const compute = admission.compute;
-  if (!compute) throw new Error('runAdmitted needs an admission taken with maxSeconds (it reserves the run\'s compute)');
+  if (!compute) throw new Error("runAdmitted needs an admission taken with maxSeconds (it reserves the run's compute)");
   const heartbeat = keepLeaseAlive(admission.lease, input.onLeaseLost ? { onLost: input.onLeaseLost } : {});
   try {
     return await run({
@@ -70,10 +70,7 @@ async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Pr
     });
   } finally {
     heartbeat.stop();
-    await Promise.allSettled([
-      releaseLease(heartbeat.current()).then(() => input.onReleased?.(admission.developerId)),
-      chargeCompute(compute, started),
-    ]);
+    await Promise.allSettled([releaseLease(heartbeat.current()).then(() => input.onReleased?.(admission.developerId)), chargeCompute(compute, started)]);
   }
 }
 

@@ -12,7 +12,10 @@ import { schemaProblem } from './structured-output.ts';
 export function checkedRunOptions<O extends SessionOptions>(options: O): O & { model: string } {
   const model = options.model ?? env().DEFAULT_MODEL;
   if (options.tools?.some(isServerTool) && routeModel(model).provider !== 'anthropic') {
-    throw new Refused({ kind: 'invalid_request', message: `options.tools: Anthropic server tools (a tool with a "type") run only with Claude models, not ${model}` });
+    throw new Refused({
+      kind: 'invalid_request',
+      message: `options.tools: Anthropic server tools (a tool with a "type") run only with Claude models, not ${model}`,
+    });
   }
   const problem = options.outputFormat ? schemaProblem(options.outputFormat.schema) : undefined;
   if (problem) throw new Refused({ kind: 'invalid_request', message: `options.outputFormat.schema is not a usable JSON Schema: ${problem}` });

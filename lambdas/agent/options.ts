@@ -7,7 +7,6 @@ import { TOOL_NAME } from './tools/names.ts';
  * (docs/prompt.md, "Options").
  */
 
-
 const Headers = z.record(z.string(), z.string({ error: 'header values must be strings' }));
 
 /** A remote HTTP tool the gateway runs: the input is POSTed as JSON to `url`, the response text is the result. */
@@ -23,7 +22,10 @@ const HttpTool = z.strictObject({
  * An Anthropic server tool (`web_search_…`, `code_execution_…`, …): Anthropic runs it, so it passes through to
  * Claude models unchanged, with whatever fields Anthropic defines for it.
  */
-const ServerTool = z.looseObject({ type: z.string().regex(/^[a-z_]+_\d{8}$/, 'a server tool names its versioned type, e.g. "web_search_20250305"'), name: z.string() });
+const ServerTool = z.looseObject({
+  type: z.string().regex(/^[a-z_]+_\d{8}$/, 'a server tool names its versioned type, e.g. "web_search_20250305"'),
+  name: z.string(),
+});
 
 /**
  * Parses `value` with `schema` inside a transform, reporting the schema's own issues (with their paths) as the
@@ -86,7 +88,10 @@ const McpServer = z.unknown().transform((value, ctx) => {
   }
   // Nothing is ever spawned in the gateway: a local (stdio) server would run a command on it.
   if (server.type === 'stdio' || 'command' in server) {
-    ctx.addIssue({ code: 'custom', message: 'stdio MCP servers (a "command" to run) are not supported: nothing is spawned in the gateway; give a remote server {type: "http" | "sse", url}' });
+    ctx.addIssue({
+      code: 'custom',
+      message: 'stdio MCP servers (a "command" to run) are not supported: nothing is spawned in the gateway; give a remote server {type: "http" | "sse", url}',
+    });
     return z.NEVER;
   }
   return parseWithin(RemoteMcpServer, server, ctx);
@@ -98,12 +103,23 @@ function optionsSchema(clientTools: boolean) {
     systemPrompt: z.string().optional(),
     tools: z.array(toolSchema(clientTools), { error: 'tools must be an array' }).optional(),
     mcpServers: z
-      .record(z.string().regex(TOOL_NAME, 'MCP server names are 1–128 letters, digits, "_" or "-"'), McpServer, { error: 'mcpServers must be an object of named servers' })
+      .record(z.string().regex(TOOL_NAME, 'MCP server names are 1–128 letters, digits, "_" or "-"'), McpServer, {
+        error: 'mcpServers must be an object of named servers',
+      })
       .optional(),
     allowedTools: z.array(z.string(), { error: 'allowedTools must be an array of tool names' }).optional(),
     disallowedTools: z.array(z.string(), { error: 'disallowedTools must be an array of tool names' }).optional(),
-    maxTurns: z.number({ error: 'maxTurns must be a number' }).int('maxTurns must be a whole number').min(1, 'maxTurns must be at least 1').max(100, 'maxTurns must be at most 100').optional(),
-    maxBudgetUsd: z.number({ error: 'maxBudgetUsd must be a number' }).positive('maxBudgetUsd must be above 0').max(10_000, 'maxBudgetUsd must be at most 10000').optional(),
+    maxTurns: z
+      .number({ error: 'maxTurns must be a number' })
+      .int('maxTurns must be a whole number')
+      .min(1, 'maxTurns must be at least 1')
+      .max(100, 'maxTurns must be at most 100')
+      .optional(),
+    maxBudgetUsd: z
+      .number({ error: 'maxBudgetUsd must be a number' })
+      .positive('maxBudgetUsd must be above 0')
+      .max(10_000, 'maxBudgetUsd must be at most 10000')
+      .optional(),
     maxThinkingTokens: z
       .number({ error: 'maxThinkingTokens must be a number' })
       .int('maxThinkingTokens must be a whole number')

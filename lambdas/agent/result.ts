@@ -81,4 +81,3 @@ export function runResult(
     ...(fields.error ? { error: fields.error } : {}),
   };
 }
-

@@ -72,7 +72,8 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   const timeUp = new AbortController();
   const timer = setTimeout(() => timeUp.abort(), Math.max(0, given.deadline - started));
   const input: RunInput = { ...given, signal: AbortSignal.any([given.signal, timeUp.signal]) };
-  const stopped = (): ResultSubtype => (timeUp.signal.aborted ? 'error_max_duration' : given.signal.reason === INTERRUPTED ? 'interrupted' : 'error_during_execution');
+  const stopped = (): ResultSubtype =>
+    timeUp.signal.aborted ? 'error_max_duration' : given.signal.reason === INTERRUPTED ? 'interrupted' : 'error_during_execution';
   // Whoever stops a run may say why by aborting with a string (a vessel's cancel); a bare abort is a client gone.
   const stopReason = () =>
     timeUp.signal.aborted
@@ -95,7 +96,11 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   const serverTools = (options.tools ?? []).filter(isServerTool) as Record<string, unknown>[];
   const agentTools = [...(options.tools ?? []).filter(isHttpTool).map((spec) => httpTool(spec)), ...(mcp?.tools ?? [])].filter((t) => allowed(t.name, options));
   const clientTools = (options.tools ?? []).filter(isClientTool).filter((t) => allowed(t.name, options));
-  const declared = (t: { name: string; description?: string | undefined; input_schema: unknown }) => ({ name: t.name, ...(t.description ? { description: t.description } : {}), input_schema: t.input_schema });
+  const declared = (t: { name: string; description?: string | undefined; input_schema: unknown }) => ({
+    name: t.name,
+    ...(t.description ? { description: t.description } : {}),
+    input_schema: t.input_schema,
+  });
   const offered = [...serverTools.filter((t) => allowed(String(t.name), options)), ...agentTools.map(declared), ...clientTools.map(declared)];
   const byName = new Map<string, AgentTool>(agentTools.map((t) => [t.name, t]));
   const clientNames = new Set(clientTools.map((t) => t.name));
@@ -111,7 +116,15 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   let corrections = resumed?.corrections ?? 0;
   let lastText = resumed?.lastText ?? '';
   const activeMs = () => (resumed?.activeMs ?? 0) + (Date.now() - started);
-  const state = (): RunState => ({ conversation: closeToolCalls(conversation), spentMicros: spent, usage: { ...usage }, turns, corrections, lastText, activeMs: activeMs() });
+  const state = (): RunState => ({
+    conversation: closeToolCalls(conversation),
+    spentMicros: spent,
+    usage: { ...usage },
+    turns,
+    corrections,
+    lastText,
+    activeMs: activeMs(),
+  });
 
   const finish = (subtype: ResultSubtype, extra: { text?: string; error?: string; structured_output?: unknown } = {}, refusedAsInvalid = false): RunOutcome => {
     const ended = state();
@@ -164,7 +177,13 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
         if (input.signal.aborted) return finish(stopped(), { error: stopReason() });
         if (forClient.length > 0) {
           // The client runs these: the run pauses here, holding nothing, until every result is back.
-          return { kind: 'paused', events, state: { ...state(), conversation: [...conversation] }, calls: calls.map((call) => ({ ...call, client: clientNames.has(call.name) })), results };
+          return {
+            kind: 'paused',
+            events,
+            state: { ...state(), conversation: [...conversation] },
+            calls: calls.map((call) => ({ ...call, client: clientNames.has(call.name) })),
+            results,
+          };
         }
         conversation.push({ role: 'user', content: results });
         continue;
@@ -218,7 +237,15 @@ function closeToolCalls(conversation: Anthropic.MessageParam[]): Anthropic.Messa
   if (calls.length === 0) return [...conversation];
   return [
     ...conversation,
-    { role: 'user', content: calls.map((call) => ({ type: 'tool_result' as const, tool_use_id: call.id, content: 'The turn was stopped before this tool returned', is_error: true })) },
+    {
+      role: 'user',
+      content: calls.map((call) => ({
+        type: 'tool_result' as const,
+        tool_use_id: call.id,
+        content: 'The turn was stopped before this tool returned',
+        is_error: true,
+      })),
+    },
   ];
 }
 
@@ -261,7 +288,8 @@ async function callModel(input: RunInput, turn: TurnContext): Promise<TurnOutcom
 
   const { stream } = call;
   stream.accumulator.onEvent((event) => {
-    if (event.type === 'content_block_delta' && event.delta.type === 'text_delta' && event.delta.text) turn.emit({ type: 'assistant', subtype: 'text', text: event.delta.text });
+    if (event.type === 'content_block_delta' && event.delta.type === 'text_delta' && event.delta.text)
+      turn.emit({ type: 'assistant', subtype: 'text', text: event.delta.text });
   });
   // Reading the body drives the stream; its bytes are not needed here (the accumulator has decoded them).
   const reader = stream.body.getReader();
@@ -270,11 +298,24 @@ async function callModel(input: RunInput, turn: TurnContext): Promise<TurnOutcom
   const message = stream.accumulator.message();
   const usage = tokensOf(charge, message);
   if (input.signal.aborted) {
-    return { ok: false, refusal: { kind: 'invalid_request', message: 'The run was stopped' }, aborted: true, charge, usage, ...(message ? { partial: message } : {}) };
+    return {
+      ok: false,
+      refusal: { kind: 'invalid_request', message: 'The run was stopped' },
+      aborted: true,
+      charge,
+      usage,
+      ...(message ? { partial: message } : {}),
+    };
   }
   if (!message || stream.accumulator.errorSeen || !message.stop_reason) {
     const error = stream.accumulator.error?.message ?? 'The model stream ended before its answer was complete';
-    return { ok: false, refusal: { kind: 'upstream', status: 500, body: { type: 'error', error: { type: 'api_error', message: error } } }, aborted: false, charge, usage };
+    return {
+      ok: false,
+      refusal: { kind: 'upstream', status: 500, body: { type: 'error', error: { type: 'api_error', message: error } } },
+      aborted: false,
+      charge,
+      usage,
+    };
   }
   return { ok: true, message, charge, usage, clamped };
 }
@@ -294,7 +335,12 @@ function textOf(message: Anthropic.Message): string {
 }
 
 /** Runs one tool call; an unknown tool (never offered, or hallucinated) is an error result the model can read. */
-async function runTool(call: Anthropic.ToolUseBlock, tools: Map<string, AgentTool>, signal: AbortSignal, emit: (event: RunEvent) => void): Promise<Anthropic.ToolResultBlockParam> {
+async function runTool(
+  call: Anthropic.ToolUseBlock,
+  tools: Map<string, AgentTool>,
+  signal: AbortSignal,
+  emit: (event: RunEvent) => void,
+): Promise<Anthropic.ToolResultBlockParam> {
   const tool = tools.get(call.name);
   const subtype = call.name.startsWith('mcp__') ? 'mcp' : 'http';
   emit({ type: 'tool_use', subtype, id: call.id, name: call.name, input: call.input });

@@ -128,7 +128,8 @@ function remember(token: string, caller: Caller, secret: string, claims: { exp: 
   const tolerance = CLOCK_TOLERANCE_SECONDS * 1000;
   // jose: expired once exp <= now − tolerance (seconds); not yet valid while nbf > now + tolerance. Ours: iat.
   const validUntilMs = (claims.exp + CLOCK_TOLERANCE_SECONDS) * 1000 - 1000;
-  const validFromMs = Math.max(claims.nbf === undefined ? -Infinity : claims.nbf * 1000 - tolerance, claims.iat === undefined ? -Infinity : claims.iat * 1000 - tolerance) + 1000;
+  const validFromMs =
+    Math.max(claims.nbf === undefined ? -Infinity : claims.nbf * 1000 - tolerance, claims.iat === undefined ? -Infinity : claims.iat * 1000 - tolerance) + 1000;
   if (verified.size >= MAX_VERIFIED) verified.delete(verified.keys().next().value!);
   verified.set(token, { caller, secret, validFromMs, validUntilMs });
 }

@@ -61,8 +61,7 @@ export interface WindowUsage {
 
 export type ReserveResult =
   /** `committed`: the window's used + reserved right after this reservation was added (its own hold included). */
-  | { ok: true; reservation: Reservation; committed: Amounts }
-  | { ok: false; usage: WindowUsage; exhausted: Meter[] };
+  { ok: true; reservation: Reservation; committed: Amounts } | { ok: false; usage: WindowUsage; exhausted: Meter[] };
 
 const METERS: Meter[] = ['ai', 'compute'];
 const table = () => env().USAGE_TABLE;
@@ -139,7 +138,11 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   // keeps a zero-cost admission out of a budget with nothing left.
   // The hold's own key too: a reserve the SDK sends again after its answer was lost must not add its amounts twice,
   // even when another request's write came in between (store/conditional.ts).
-  const conditions = ['attribute_exists(holds)', 'attribute_not_exists(holds.#id)', ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`)];
+  const conditions = [
+    'attribute_exists(holds)',
+    'attribute_not_exists(holds.#id)',
+    ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`),
+  ];
   const values: Record<string, unknown> = {
     ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) },
     ':ai': input.amounts.ai,

@@ -93,9 +93,16 @@ const EnvSchema = z.object({
    */
   SESSION_IDLE_SECONDS: z.coerce.number().int().min(1).default(300),
   SESSION_FRAMES_PER_SECOND: z.coerce.number().int().min(1).default(10),
-  SESSION_RETENTION_SECONDS: z.coerce.number().int().min(60).default(7 * 24 * 3600),
+  SESSION_RETENTION_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(60)
+    .default(7 * 24 * 3600),
   /** `1` lets outbound calls reach loopback: tests and the local runtime only, never the stack (contract.md). */
-  ALLOW_LOOPBACK_URLS: z.string().optional().transform((v) => v === '1'),
+  ALLOW_LOOPBACK_URLS: z
+    .string()
+    .optional()
+    .transform((v) => v === '1'),
 });
 
 export type Env = z.infer<typeof EnvSchema>;

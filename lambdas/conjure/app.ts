@@ -11,7 +11,11 @@ import { CONJURE_ROUTES, type ConjureRoute } from './routes.ts';
 async function bearerCaller(req: Request, route: string) {
   const token = bearerToken(req);
   if (!token && req.headers.has('x-api-key')) {
-    throw new Refused({ kind: 'token', code: 'token_missing', message: `Missing token: ${route} reads the token from "Authorization: Bearer <token>", not from x-api-key` });
+    throw new Refused({
+      kind: 'token',
+      code: 'token_missing',
+      message: `Missing token: ${route} reads the token from "Authorization: Bearer <token>", not from x-api-key`,
+    });
   }
   return authenticate(token);
 }

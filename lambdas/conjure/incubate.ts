@@ -24,7 +24,10 @@ export async function handleIncubate(req: Request): Promise<Response> {
   const caller = await bodyCaller(json);
   if (caller instanceof Response) return caller;
   if (isObject(json) && json.idempotencyKey === undefined) {
-    throw new Refused({ kind: 'missing_idempotency_key', message: 'idempotencyKey is required: a key unique per project, so that a retried request never queues a second vessel' });
+    throw new Refused({
+      kind: 'missing_idempotency_key',
+      message: 'idempotencyKey is required: a key unique per project, so that a retried request never queues a second vessel',
+    });
   }
   const parsed = IncubateBody.safeParse(json);
   if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
@@ -70,19 +73,30 @@ export async function handleBatch(req: Request): Promise<Response> {
     if (isObject(raw) && raw.idempotencyKey === undefined) return fail('missing_idempotency_key', `items.${index}.idempotencyKey is required`);
     const item = BatchItem.safeParse(raw);
     if (!item.success) return fail('invalid_request', itemProblem(index, item.error));
-    if (seen.has(item.data.idempotencyKey)) return fail('duplicate_idempotency_key', `items.${index}: idempotencyKey "${item.data.idempotencyKey}" appears earlier in this batch`);
+    if (seen.has(item.data.idempotencyKey))
+      return fail('duplicate_idempotency_key', `items.${index}: idempotencyKey "${item.data.idempotencyKey}" appears earlier in this batch`);
     seen.add(item.data.idempotencyKey);
     work.push(async () => {
       let outcome: EnqueueOutcome;
       try {
         outcome = await enqueueVessel(request, item.data);
       } catch {
-        outcome = { kind: 'refused', refusal: { kind: 'trigger_failed', message: 'The gateway could not store this vessel; retry it with the same idempotencyKey' } };
+        outcome = {
+          kind: 'refused',
+          refusal: { kind: 'trigger_failed', message: 'The gateway could not store this vessel; retry it with the same idempotencyKey' },
+        };
       }
       entries[index] =
         outcome.kind === 'refused'
           ? { index, idempotencyKey: key, status: 'failed', error: { code: outcome.refusal.kind, message: refusalText(outcome.refusal) } }
-          : { index, idempotencyKey: key, status: 'queued', vesselId: outcome.response.vesselId, scheduledFor: outcome.response.scheduledFor, ...(outcome.kind === 'replayed' ? { replayed: true as const } : {}) };
+          : {
+              index,
+              idempotencyKey: key,
+              status: 'queued',
+              vesselId: outcome.response.vesselId,
+              scheduledFor: outcome.response.scheduledFor,
+              ...(outcome.kind === 'replayed' ? { replayed: true as const } : {}),
+            };
     });
   });
   for (let i = 0; i < work.length; i += BATCH_CONCURRENCY) await Promise.all(work.slice(i, i + BATCH_CONCURRENCY).map((w) => w()));
@@ -90,7 +104,10 @@ export async function handleBatch(req: Request): Promise<Response> {
   const failed = entries.filter((e) => e.status === 'failed');
   // Nothing could be queued because the queue is down: the batch as a whole is the interface's 503.
   if (failed.length === entries.length && failed.every((e) => e.status === 'failed' && e.error.code === 'trigger_failed')) {
-    throw new Refused({ kind: 'trigger_failed', message: 'The run queue is unavailable, so no vessel of the batch was queued (nothing was kept; retry the batch)' });
+    throw new Refused({
+      kind: 'trigger_failed',
+      message: 'The run queue is unavailable, so no vessel of the batch was queued (nothing was kept; retry the batch)',
+    });
   }
   return Response.json({ total: entries.length, queued: entries.length - failed.length, failed: failed.length, items: entries }, { status: 202 });
 }
@@ -124,7 +141,16 @@ async function vesselRequest(
   // A vessel the developer's plan could not run is refused now, with the admission step's own 402.
   const plan = await developerPlan(caller, now);
   if (!plan.ok) throw new Refused(plan.refusal);
-  return { caller, developerId: plan.developer.developerId, options, callback: body.callback, stored: await storedCallback(caller, body.callback), ttl: body.ttl, executeAt: body.executeAt, due: due.at };
+  return {
+    caller,
+    developerId: plan.developer.developerId,
+    options,
+    callback: body.callback,
+    stored: await storedCallback(caller, body.callback),
+    ttl: body.ttl,
+    executeAt: body.executeAt,
+    due: due.at,
+  };
 }
 
 /**

@@ -98,7 +98,11 @@ function logWhenDelivered(body: ReadableStream<Uint8Array> | null, record: Acces
     afterDeliveryTasks.delete(record);
     // The last bytes are on their way to the socket; the tasks begin on the next turn of the event loop so that
     // writing them comes first. A handler that ends sooner starts them itself (they are deferred work).
-    if (tasks.length > 0) holdAccessLog(record, new Promise<void>((r) => setImmediate(r)).then(() => Promise.allSettled(tasks.map((task) => task()))));
+    if (tasks.length > 0)
+      holdAccessLog(
+        record,
+        new Promise<void>((r) => setImmediate(r)).then(() => Promise.allSettled(tasks.map((task) => task()))),
+      );
     void finishBeforeReturn(writeAccessLogWhenReleased(record));
   };
   if (!body) {

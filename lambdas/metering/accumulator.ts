@@ -97,7 +97,10 @@ export class MessageAccumulator {
     for (const listener of this.listeners) listener(event);
   }
 
-  private applyDelta(index: number, d: { type?: string; text?: string; thinking?: string; partial_json?: string; signature?: string; citation?: unknown }): void {
+  private applyDelta(
+    index: number,
+    d: { type?: string; text?: string; thinking?: string; partial_json?: string; signature?: string; citation?: unknown },
+  ): void {
     const block = this.snapshot?.content[index] as (Record<string, unknown> & { type: string }) | undefined;
     if (!block) return;
     switch (d.type) {

@@ -87,7 +87,8 @@ function largestFitting(w: WorstCase, room: number, cap: number): number {
 /** The floor for this request: MIN_OUTPUT_TOKENS, or the thinking budget + 1 (Anthropic needs max_tokens above it). */
 function floorOf(body: MessagesRequest): number {
   const thinking = body.thinking as { type?: string; budget_tokens?: unknown } | undefined;
-  const needed = thinking?.type === 'enabled' && typeof thinking.budget_tokens === 'number' ? Math.max(MIN_OUTPUT_TOKENS, thinking.budget_tokens + 1) : MIN_OUTPUT_TOKENS;
+  const needed =
+    thinking?.type === 'enabled' && typeof thinking.budget_tokens === 'number' ? Math.max(MIN_OUTPUT_TOKENS, thinking.budget_tokens + 1) : MIN_OUTPUT_TOKENS;
   // A request asking for less than the floor is admitted at its own size or not at all.
   return Math.min(needed, body.max_tokens);
 }
@@ -113,7 +114,11 @@ export async function admit(
   if (capped < floor) {
     return {
       ok: false,
-      refusal: { kind: 'cost_cap_reached', capMicros: capMicros!, message: `The run's remaining budget (${capMicros} microdollars) cannot pay for even the smallest form of the next model call (up to ${worstCaseMicros(worstCase, floor)})` },
+      refusal: {
+        kind: 'cost_cap_reached',
+        capMicros: capMicros!,
+        message: `The run's remaining budget (${capMicros} microdollars) cannot pay for even the smallest form of the next model call (up to ${worstCaseMicros(worstCase, floor)})`,
+      },
     };
   }
   let maxTokens = capped;
@@ -124,7 +129,10 @@ export async function admit(
     if (result.ok) {
       const clamped = maxTokens < clientBody.max_tokens;
       const body = clamped ? { ...forwarded, max_tokens: maxTokens } : forwarded;
-      return { ok: true, admission: { reservation: result.reservation, committedAi: result.committed.ai, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase } };
+      return {
+        ok: true,
+        admission: { reservation: result.reservation, committedAi: result.committed.ai, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase },
+      };
     }
     usage = result.usage;
     const room = caller.budget.ai - usage.used.ai - usage.reserved.ai;

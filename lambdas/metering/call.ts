@@ -170,7 +170,9 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   const started = Date.now();
   let result: ProviderResult;
   try {
-    result = await resolved.provider.send(providerRequest(resolved, input, admission.body, rawBody, input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal));
+    result = await resolved.provider.send(
+      providerRequest(resolved, input, admission.body, rawBody, input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal),
+    );
   } catch (err) {
     await finishBeforeReturn(settleCharge(reservation, 0, context));
     throw err;
@@ -183,7 +185,12 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     const micros = input.signal?.aborted ? charge(pricing, { input_tokens: admission.worstCase.inputTokens, output_tokens: 0 }).microdollars : 0;
     const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context));
     log.costMicrodollars = micros;
-    return { ok: false, refusal: { kind: 'upstream', status: result.status, body: result.body }, clampedMaxTokens, charge: chargeOf(caller, micros, undefined, outcome) };
+    return {
+      ok: false,
+      refusal: { kind: 'upstream', status: result.status, body: result.body },
+      clampedMaxTokens,
+      charge: chargeOf(caller, micros, undefined, outcome),
+    };
   }
 
   if (result.kind === 'message') {
@@ -211,7 +218,12 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     const tokens = accumulator.tokens(admission.worstCase.inputTokens, admission.body.max_tokens);
     return { micros: charge(pricing, tokens).microdollars, tokens };
   };
-  return { ok: true, kind: 'stream', stream: meteredStream(result, { caller, charged, reservation, upstream, signal: input.signal, context }), clampedMaxTokens };
+  return {
+    ok: true,
+    kind: 'stream',
+    stream: meteredStream(result, { caller, charged, reservation, upstream, signal: input.signal, context }),
+    clampedMaxTokens,
+  };
 }
 
 /** The settlement write, timed as the request's `settle` phase. */
@@ -342,7 +354,10 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
           logger.warn('upstream stream failed', { ...m.context, error: (err as Error)?.message });
           emit('Errors', 1);
           controller.enqueue(
-            encodeSse('error', anthropicError('api_error', isTimeout(err) ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream')),
+            encodeSse(
+              'error',
+              anthropicError('api_error', isTimeout(err) ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream'),
+            ),
           );
           void finish(nextTurn);
           controller.close();
@@ -366,7 +381,9 @@ function closeQuietly(controller: ReadableStreamDefaultController<Uint8Array>): 
 }
 
 /** count_tokens through the model's provider: no money is involved, but the routing and credential are the same. */
-export async function countTokens(input: Omit<ModelCallInput, 'signal' | 'now'>): Promise<{ ok: true; inputTokens: number; estimated: boolean } | { ok: false; refusal: Refusal }> {
+export async function countTokens(
+  input: Omit<ModelCallInput, 'signal' | 'now'>,
+): Promise<{ ok: true; inputTokens: number; estimated: boolean } | { ok: false; refusal: Refusal }> {
   const resolved = await resolveModel(input.caller, input.body.model);
   if ('kind' in resolved) return { ok: false, refusal: resolved };
   const result = await resolved.provider.countTokens(

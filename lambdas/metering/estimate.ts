@@ -203,8 +203,7 @@ const CONTENT = 2;
 type Mode = typeof TEXT | typeof STRUCTURED | typeof CONTENT;
 
 export function estimateInputTokens(body: EstimatedBody): number {
-  const imageTokens =
-    typeof body.model === 'string' && routeModel(body.model).provider === 'anthropic' ? CLAUDE_IMAGE_MAX_TOKENS : OPENAI_IMAGE_MAX_TOKENS;
+  const imageTokens = typeof body.model === 'string' && routeModel(body.model).provider === 'anthropic' ? CLAUDE_IMAGE_MAX_TOKENS : OPENAI_IMAGE_MAX_TOKENS;
   let tokens = REQUEST_OVERHEAD_TOKENS;
   let bytes = 0;
   let citations = false;

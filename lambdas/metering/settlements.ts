@@ -13,7 +13,13 @@ export async function settleCharge(reservation: Reservation, microdollars: numbe
     if (outcome.overrun) {
       // The provider billed more than the bound: the truth is charged, and the estimate error made visible.
       emit('OverrunMicrodollars', outcome.overrun);
-      logger.warn('charged above the reservation', { ...context, reservationId: reservation.id, reserved: reservation.held.ai, charged: microdollars, overrun: outcome.overrun });
+      logger.warn('charged above the reservation', {
+        ...context,
+        reservationId: reservation.id,
+        reserved: reservation.held.ai,
+        charged: microdollars,
+        overrun: outcome.overrun,
+      });
     }
     return outcome;
   } catch (err) {

@@ -12,11 +12,20 @@ export const GATEWAY_METRICS = {
   OverrunMicrodollars: { unit: MetricUnit.Count, meaning: 'What a charge exceeded its reservation by (the estimate was too low), in millionths of a USD' },
   UpstreamLatency: { unit: MetricUnit.Milliseconds, meaning: 'Time the provider call took to answer, before any streamed body' },
   LedgerErrors: { unit: MetricUnit.Count, meaning: 'A usage-ledger write (reservation or settlement) failed: spend may be unaccounted for' },
-  UsageEstimated: { unit: MetricUnit.Count, meaning: "One per answer charged from the gateway's own token count because the provider's usage was not trustworthy" },
+  UsageEstimated: {
+    unit: MetricUnit.Count,
+    meaning: "One per answer charged from the gateway's own token count because the provider's usage was not trustworthy",
+  },
   VesselTriggers: { unit: MetricUnit.Count, meaning: 'One per run-queue message the vessel executor handled (started, put back, waited or dropped)' },
-  VesselsReconciled: { unit: MetricUnit.Count, meaning: 'Vessels one reconciler run acted on (re-driven, retried, failed, canceled, handed off); 0 when every vessel moved on its own' },
+  VesselsReconciled: {
+    unit: MetricUnit.Count,
+    meaning: 'Vessels one reconciler run acted on (re-driven, retried, failed, canceled, handed off); 0 when every vessel moved on its own',
+  },
   WebhookAttempts: { unit: MetricUnit.Count, meaning: 'One per webhook delivery attempt (a POST to a callback URL, whatever came of it)' },
-  WebhooksFailed: { unit: MetricUnit.Count, meaning: 'One per webhook delivery round that ended undelivered (retries exhausted, 410 Gone, or a refused address)' },
+  WebhooksFailed: {
+    unit: MetricUnit.Count,
+    meaning: 'One per webhook delivery round that ended undelivered (retries exhausted, 410 Gone, or a refused address)',
+  },
   SessionEvents: { unit: MetricUnit.Count, meaning: 'One per /ws event the Sessions function handled: a $connect, a frame, a $disconnect' },
   SessionTurns: { unit: MetricUnit.Count, meaning: 'One per turn-queue message the turn worker handled (a segment run, or a message found stale)' },
   SessionsSwept: { unit: MetricUnit.Count, meaning: 'Idle connections closed and stalled turns freed by one sweeper run; 0 when there was nothing to do' },

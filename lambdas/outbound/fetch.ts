@@ -69,7 +69,11 @@ function guardedLookup(policy: AddressPolicy): LookupFunction {
     };
     answer().then(
       (usable) => {
-        if (options.all) callback(null, usable.map((a) => ({ address: a.address, family: a.family })));
+        if (options.all)
+          callback(
+            null,
+            usable.map((a) => ({ address: a.address, family: a.family })),
+          );
         else callback(null, usable[0]!.address, usable[0]!.family);
       },
       (err: NodeJS.ErrnoException) => callback(err, ''),
@@ -173,10 +177,7 @@ export const guardedFetch: typeof fetch = guardedFetchWith();
  * closes the connection: the rest is never read) and says `truncated`; a character cut by the limit is dropped.
  * `bytes` is how many body bytes were kept.
  */
-export async function readCapped(
-  res: Response,
-  maxBytes: number = DEFAULT_MAX_BYTES,
-): Promise<{ text: string; truncated: boolean; bytes: number }> {
+export async function readCapped(res: Response, maxBytes: number = DEFAULT_MAX_BYTES): Promise<{ text: string; truncated: boolean; bytes: number }> {
   if (!res.body) return { text: '', truncated: false, bytes: 0 };
   const reader = res.body.getReader();
   const decoder = new TextDecoder();

@@ -66,7 +66,12 @@ export async function withdrawAdmission(admission: Extract<RunAdmission, { ok: t
  * Reserves the run's compute: what remains of the user's compute budget, up to `maxSeconds` (a held amount the run
  * must not outlive). Refused when either meter is spent — an AI budget with nothing left cannot pay for a turn.
  */
-async function reserveRunCompute(caller: Caller, developerId: string, maxSeconds: number, now: Date): Promise<{ reservation: Reservation; seconds: number } | Refusal> {
+async function reserveRunCompute(
+  caller: Caller,
+  developerId: string,
+  maxSeconds: number,
+  now: Date,
+): Promise<{ reservation: Reservation; seconds: number } | Refusal> {
   let usage = await readUsage(caller, now);
   for (let attempt = 0; attempt < 3; attempt++) {
     const figures = budgetFigures(caller, usage);
@@ -89,10 +94,16 @@ export function userBudgetRefusal(caller: Caller, usage: WindowUsage, now: Date)
   const figures = budgetFigures(caller, usage);
   const spent = (['ai', 'compute'] as const).filter((m) => figures[m].used >= figures[m].budget);
   if (spent.length === 0) {
-    return { kind: 'budget_held', message: `The user's budget for the current ${caller.budget.window} window is fully held by runs in flight; retry when they end`, budget: figures };
+    return {
+      kind: 'budget_held',
+      message: `The user's budget for the current ${caller.budget.window} window is fully held by runs in flight; retry when they end`,
+      budget: figures,
+    };
   }
   const retryAfterSeconds = secondsToReset(usage, now);
-  const what = spent.map((m) => (m === 'ai' ? `AI (${figures.ai.used} of ${figures.ai.budget} microdollars)` : `compute (${figures.compute.used} of ${figures.compute.budget} seconds)`));
+  const what = spent.map((m) =>
+    m === 'ai' ? `AI (${figures.ai.used} of ${figures.ai.budget} microdollars)` : `compute (${figures.compute.used} of ${figures.compute.budget} seconds)`,
+  );
   return {
     kind: 'budget_exhausted',
     message: `The user's budget is used up for the current ${caller.budget.window} window: ${what.join(' and ')}`,

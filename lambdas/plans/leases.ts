@@ -93,7 +93,14 @@ async function ensureItem(developerId: string, now: Date): Promise<void> {
 export async function acquireLease(developerId: string, holder: LeaseHolder, max: number, now = new Date()): Promise<AcquireResult> {
   const leaseId = randomUUID();
   const lease: Lease = { ...holder, leaseId, developerId, startedAt: now.getTime(), expiresAt: now.getTime() + LEASE_TTL_MS };
-  const stored: StoredLease = { sessionId: holder.sessionId, userId: holder.userId, projectId: holder.projectId, kind: holder.kind, startedAt: lease.startedAt, expiresAt: lease.expiresAt };
+  const stored: StoredLease = {
+    sessionId: holder.sessionId,
+    userId: holder.userId,
+    projectId: holder.projectId,
+    kind: holder.kind,
+    startedAt: lease.startedAt,
+    expiresAt: lease.expiresAt,
+  };
   let swept = false;
   for (let attempt = 0; attempt < 3; attempt++) {
     const out = await conditionalUpdate({
@@ -182,7 +189,10 @@ export async function liveLeases(developerId: string, now = new Date()): Promise
  * the process stalled for a minute — or was taken away), `onLost` is called once and renewing stops; a renewal that
  * fails on the store's side is retried at the next tick. `stop` ends the heartbeat (release the lease separately).
  */
-export function keepLeaseAlive(lease: Lease, opts: { onLost?: (reason: 'expired' | 'not_held') => void; intervalMs?: number } = {}): { stop(): void; current(): Lease } {
+export function keepLeaseAlive(
+  lease: Lease,
+  opts: { onLost?: (reason: 'expired' | 'not_held') => void; intervalMs?: number } = {},
+): { stop(): void; current(): Lease } {
   let current = lease;
   let renewing = false;
   const timer = setInterval(() => {

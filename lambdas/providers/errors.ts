@@ -49,7 +49,9 @@ export function upstreamUnreachable(provider: ProviderId, err: unknown, timeoutM
     status: 500,
     body: anthropicError(
       'api_error',
-      isTimeout(err) ? `${PROVIDER_LABELS[provider]} did not answer within ${timeoutMs} ms` : `Could not reach ${PROVIDER_LABELS[provider]}: ${(err as Error)?.message ?? 'connection failed'}`,
+      isTimeout(err)
+        ? `${PROVIDER_LABELS[provider]} did not answer within ${timeoutMs} ms`
+        : `Could not reach ${PROVIDER_LABELS[provider]}: ${(err as Error)?.message ?? 'connection failed'}`,
     ),
   };
 }

@@ -12,7 +12,11 @@ export async function proxyCaller(req: Request): Promise<Caller> {
   const apiKey = req.headers.get('x-api-key')?.trim() || undefined;
   const bearer = bearerToken(req);
   if (apiKey && req.headers.get('authorization') !== null && bearer !== apiKey) {
-    throw new Refused({ kind: 'token', code: 'token_invalid', message: 'x-api-key and Authorization carry different credentials; send the token in one of them' });
+    throw new Refused({
+      kind: 'token',
+      code: 'token_invalid',
+      message: 'x-api-key and Authorization carry different credentials; send the token in one of them',
+    });
   }
   return authenticate(apiKey ?? bearer, { missingHint: ': send it as x-api-key or "Authorization: Bearer <token>"' });
 }

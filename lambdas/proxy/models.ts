@@ -46,13 +46,18 @@ export async function listModels(req: Request): Promise<Response> {
   const models = await modelsFor(req);
   const params = new URL(req.url).searchParams;
   const limit = Number(params.get('limit') ?? 20);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new Refused({ kind: 'invalid_request', message: 'limit must be an integer between 1 and 1000' });
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+    throw new Refused({ kind: 'invalid_request', message: 'limit must be an integer between 1 and 1000' });
   const after = params.get('after_id');
   const before = params.get('before_id');
   let start = 0;
   let end = models.length;
   if (after) start = models.findIndex((m) => m.id === after) + 1;
-  if (before) end = Math.max(0, models.findIndex((m) => m.id === before));
+  if (before)
+    end = Math.max(
+      0,
+      models.findIndex((m) => m.id === before),
+    );
   let page = models.slice(start, end);
   const hasMore = page.length > limit;
   page = before ? page.slice(-limit) : page.slice(0, limit);

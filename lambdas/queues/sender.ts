@@ -51,7 +51,8 @@ export function sqsQueueSender(): QueueSender {
     async sendToDeadLetter(queue, body) {
       const { deadLetterEnvVar } = queueSpec(queue);
       const queueUrl = env()[deadLetterEnvVar];
-      if (!queueUrl) throw new Error(`${deadLetterEnvVar} is not set: this function may not send to the ${queue} dead-letter queue (manifest access.deadLetters)`);
+      if (!queueUrl)
+        throw new Error(`${deadLetterEnvVar} is not set: this function may not send to the ${queue} dead-letter queue (manifest access.deadLetters)`);
       return sendTo(queueUrl, `the ${queue} dead-letter queue`, body);
     },
   };

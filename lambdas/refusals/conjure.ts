@@ -25,7 +25,11 @@ export function conjureRefusalParts(refusal: Refusal): { status: number; body: R
     case 'budget_held':
       return parts(
         { error: 'user_budget_exhausted', message: refusal.message, ai: refusal.budget.ai, compute: refusal.budget.compute },
-        refusal.kind === 'budget_held' ? { 'retry-after': '1' } : refusal.retryAfterSeconds === undefined ? {} : { 'retry-after': String(refusal.retryAfterSeconds) },
+        refusal.kind === 'budget_held'
+          ? { 'retry-after': '1' }
+          : refusal.retryAfterSeconds === undefined
+            ? {}
+            : { 'retry-after': String(refusal.retryAfterSeconds) },
       );
     case 'developer_budget_exhausted': {
       const { used, available, planSeconds, poolSeconds } = refusal;

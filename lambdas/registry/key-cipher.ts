@@ -37,9 +37,7 @@ export class KmsKeyCipher implements KeyCipher {
 
   async decrypt(ciphertext: string, { projectId }: { projectId: string }): Promise<string> {
     if (!ciphertext.startsWith('kms:')) throw new Error('Provider key was not encrypted with KMS');
-    const out = await this.kms.send(
-      new DecryptCommand({ CiphertextBlob: Buffer.from(ciphertext.slice(4), 'base64'), EncryptionContext: { projectId } }),
-    );
+    const out = await this.kms.send(new DecryptCommand({ CiphertextBlob: Buffer.from(ciphertext.slice(4), 'base64'), EncryptionContext: { projectId } }));
     return Buffer.from(out.Plaintext!).toString('utf8');
   }
 }

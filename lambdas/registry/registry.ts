@@ -78,7 +78,10 @@ export async function getProject(projectId: string): Promise<Project | undefined
   return out.Item ? Project.parse(out.Item) : undefined;
 }
 
-async function updateProject(projectId: string, update: { expression: string; names?: Record<string, string>; values?: Record<string, unknown> }): Promise<Project> {
+async function updateProject(
+  projectId: string,
+  update: { expression: string; names?: Record<string, string>; values?: Record<string, unknown> },
+): Promise<Project> {
   const out = await conditionalUpdate({
     TableName: table(),
     Key: projectKey(projectId),

@@ -64,7 +64,8 @@ export class EventBridgeScheduler implements Scheduler {
 
   async schedule({ name, at, body, queue = 'run' }: { name: string; at: Date; body: string; queue?: QueueName }): Promise<void> {
     const targetArn = this.config.targetQueueArns[queue];
-    if (!targetArn) throw new Error(`${queueSpec(queue).arnEnvVar} is not set: this function may not schedule onto the ${queue} queue (manifest access.queues)`);
+    if (!targetArn)
+      throw new Error(`${queueSpec(queue).arnEnvVar} is not set: this function may not schedule onto the ${queue} queue (manifest access.queues)`);
     try {
       await this.client.send(
         new CreateScheduleCommand({

@@ -32,7 +32,13 @@ const TextBlock = z.looseObject({ type: z.literal('text'), text: text('a text bl
 const ImageSource = z.discriminatedUnion(
   'type',
   [
-    z.looseObject({ type: z.literal('base64'), media_type: z.enum(['image/jpeg', 'image/png', 'image/gif', 'image/webp'], { error: 'an image\'s media_type is image/jpeg, image/png, image/gif or image/webp' }), data: text('an image\'s "data"') }),
+    z.looseObject({
+      type: z.literal('base64'),
+      media_type: z.enum(['image/jpeg', 'image/png', 'image/gif', 'image/webp'], {
+        error: "an image's media_type is image/jpeg, image/png, image/gif or image/webp",
+      }),
+      data: text('an image\'s "data"'),
+    }),
     z.looseObject({ type: z.literal('url'), url: text('an image\'s "url"') }),
     z.looseObject({ type: z.literal('file'), file_id: text('an image\'s "file_id"') }),
   ],
@@ -42,19 +48,37 @@ const ImageBlock = z.looseObject({ type: z.literal('image'), source: ImageSource
 const DocumentSource = z.discriminatedUnion(
   'type',
   [
-    z.looseObject({ type: z.literal('base64'), media_type: z.literal('application/pdf', { error: 'a base64 document\'s media_type is application/pdf' }), data: text('a document\'s "data"') }),
-    z.looseObject({ type: z.literal('text'), media_type: z.literal('text/plain', { error: 'a text document\'s media_type is text/plain' }), data: text('a document\'s "data"') }),
-    z.looseObject({ type: z.literal('content'), content: z.union([z.string(), z.array(z.union([TextBlock, ImageBlock]))], { error: 'a content document\'s "content" is a string or text and image blocks' }) }),
+    z.looseObject({
+      type: z.literal('base64'),
+      media_type: z.literal('application/pdf', { error: "a base64 document's media_type is application/pdf" }),
+      data: text('a document\'s "data"'),
+    }),
+    z.looseObject({
+      type: z.literal('text'),
+      media_type: z.literal('text/plain', { error: "a text document's media_type is text/plain" }),
+      data: text('a document\'s "data"'),
+    }),
+    z.looseObject({
+      type: z.literal('content'),
+      content: z.union([z.string(), z.array(z.union([TextBlock, ImageBlock]))], {
+        error: 'a content document\'s "content" is a string or text and image blocks',
+      }),
+    }),
     z.looseObject({ type: z.literal('url'), url: text('a document\'s "url"') }),
     z.looseObject({ type: z.literal('file'), file_id: text('a document\'s "file_id"') }),
   ],
-  { error: 'a document\'s source type is base64, text, content, url or file' },
+  { error: "a document's source type is base64, text, content, url or file" },
 );
 const TOOL_RESULT_BLOCKS = {
   text: TextBlock,
   image: ImageBlock,
   document: z.looseObject({ type: z.literal('document'), source: DocumentSource }),
-  search_result: z.looseObject({ type: z.literal('search_result'), source: text('a search_result\'s "source"'), title: text('a search_result\'s "title"'), content: z.array(TextBlock, { error: 'a search_result\'s "content" is an array of text blocks' }) }),
+  search_result: z.looseObject({
+    type: z.literal('search_result'),
+    source: text('a search_result\'s "source"'),
+    title: text('a search_result\'s "title"'),
+    content: z.array(TextBlock, { error: 'a search_result\'s "content" is an array of text blocks' }),
+  }),
   tool_reference: z.looseObject({ type: z.literal('tool_reference'), tool_name: text('a tool_reference\'s "tool_name"') }),
   browser_state: z.looseObject({ type: z.literal('browser_state'), tabs: z.array(z.unknown(), { error: 'a browser_state\'s "tabs" is an array' }) }),
 } as const;
@@ -99,7 +123,12 @@ export function parseClientFrame(data: string | Uint8Array): { ok: true; frame: 
   const type = (json as { type?: unknown }).type;
   const schema = typeof type === 'string' && Object.hasOwn(FRAMES, type) ? FRAMES[type as ClientFrameType] : undefined;
   if (!schema) {
-    return { ok: false, message: `Unknown frame type ${JSON.stringify(type ?? null)}: the client sends ${Object.keys(FRAMES).map((t) => `"${t}"`).join(', ')}` };
+    return {
+      ok: false,
+      message: `Unknown frame type ${JSON.stringify(type ?? null)}: the client sends ${Object.keys(FRAMES)
+        .map((t) => `"${t}"`)
+        .join(', ')}`,
+    };
   }
   const parsed = schema.safeParse(json);
   if (!parsed.success) return { ok: false, message: `${type}: ${describeIssue(parsed.error)}` };

@@ -93,7 +93,9 @@ export class SessionTooLarge extends Error {
 export function encodeConversation(conversation: Anthropic.MessageParam[]): Uint8Array {
   const bytes = gzipSync(JSON.stringify(conversation));
   if (bytes.byteLength > MAX_CONVERSATION_BYTES) {
-    throw new SessionTooLarge(`The session's conversation would take ${bytes.byteLength} bytes compressed, above the ${MAX_CONVERSATION_BYTES} a session may hold: start a new session`);
+    throw new SessionTooLarge(
+      `The session's conversation would take ${bytes.byteLength} bytes compressed, above the ${MAX_CONVERSATION_BYTES} a session may hold: start a new session`,
+    );
   }
   return new Uint8Array(bytes);
 }
@@ -160,7 +162,13 @@ export function resumeResults(paused: PausedRun, clientResults: Record<string, C
     const own = server.get(call.id);
     if (own) return own;
     const given = clientResults[call.id];
-    if (given) return { type: 'tool_result', tool_use_id: call.id, content: given.content, ...(given.is_error ? { is_error: true } : {}) } as Anthropic.ToolResultBlockParam;
+    if (given)
+      return {
+        type: 'tool_result',
+        tool_use_id: call.id,
+        content: given.content,
+        ...(given.is_error ? { is_error: true } : {}),
+      } as Anthropic.ToolResultBlockParam;
     return { type: 'tool_result', tool_use_id: call.id, content: 'The turn was interrupted before this tool returned', is_error: true };
   });
 }

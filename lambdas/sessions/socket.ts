@@ -19,7 +19,20 @@ import { Refused } from '../refusals/refusal.ts';
 import { encodeFrame, errorFrame, parseClientFrame, type ClientFrame, type ServerFrame } from './frames.ts';
 import { missingResults, pausedRunOf, SessionTooLarge, type ConnectionRecord, type SessionRecord } from './record.ts';
 import { visibleState } from './states.ts';
-import { bindConnection, createSession, deleteConnection, getSession, moveTurn, putConnection, queueResume, queueTurn, recordClientResult, replaceOptions, requestStop, touchConnection } from './store.ts';
+import {
+  bindConnection,
+  createSession,
+  deleteConnection,
+  getSession,
+  moveTurn,
+  putConnection,
+  queueResume,
+  queueTurn,
+  recordClientResult,
+  replaceOptions,
+  requestStop,
+  touchConnection,
+} from './store.ts';
 import { endPausedTurn } from './paused.ts';
 
 /**
@@ -159,8 +172,15 @@ function checkedOptions(given: unknown): SessionRecord['options'] {
 async function startSession(frame: Extract<ClientFrame, { type: 'session.start' }>, ctx: FrameContext): Promise<void> {
   const { caller } = ctx.connection;
   const current = ctx.connection.sessionId ? await getSession(ctx.connection.sessionId) : undefined;
-  if (current && current.sessionId !== frame.sessionId && current.turn?.connectionId === ctx.connectionId && (current.state === 'queued' || current.state === 'running')) {
-    return ctx.reply(errorFrame('turn_in_progress', 'A turn of this connection\'s session is running: interrupt it or wait for its result before starting another session'));
+  if (
+    current &&
+    current.sessionId !== frame.sessionId &&
+    current.turn?.connectionId === ctx.connectionId &&
+    (current.state === 'queued' || current.state === 'running')
+  ) {
+    return ctx.reply(
+      errorFrame('turn_in_progress', "A turn of this connection's session is running: interrupt it or wait for its result before starting another session"),
+    );
   }
   if (!frame.sessionId) {
     const options = checkedOptions(frame.options);
@@ -215,7 +235,11 @@ function busy(seen: SessionRecord | undefined): ServerFrame {
   if (!seen) return errorFrame('session_not_found', 'The session no longer exists (sessions expire after SESSION_RETENTION_SECONDS without use)');
   if (seen.state === 'awaiting_tools' && seen.turn) {
     const pending = missingResults(seen.turn).map((c) => c.id);
-    return errorFrame('awaiting_tool_results', `The turn waits for the results of ${pending.length} client tool call(s): send a "tool_result" for each, or "interrupt"`, { pending });
+    return errorFrame(
+      'awaiting_tool_results',
+      `The turn waits for the results of ${pending.length} client tool call(s): send a "tool_result" for each, or "interrupt"`,
+      { pending },
+    );
   }
   return errorFrame('turn_in_progress', 'A turn is running: wait for its "result" or send "interrupt"');
 }
@@ -231,10 +255,15 @@ async function toolResult(session: SessionRecord, frame: Extract<ClientFrame, { 
   const route = routeModel(session.options.model);
   const problem = route.provider === 'anthropic' ? undefined : toolResultProblem(frame.content, PROVIDER_LABELS[route.provider]);
   if (problem) return ctx.reply(errorFrame('invalid_frame', problem, { pending }));
-  const recorded = await recordClientResult(session.sessionId, turn.id, frame.tool_use_id, { content: frame.content, ...(frame.is_error ? { is_error: true } : {}) });
+  const recorded = await recordClientResult(session.sessionId, turn.id, frame.tool_use_id, {
+    content: frame.content,
+    ...(frame.is_error ? { is_error: true } : {}),
+  });
   if (!recorded.ok) {
     const now = recorded.seen?.turn && recorded.seen.state === 'awaiting_tools' ? missingResults(recorded.seen.turn).map((c) => c.id) : [];
-    return ctx.reply(errorFrame('unknown_tool_use_id', `No pending tool call "${frame.tool_use_id}" (answered already, or the turn moved on)`, { pending: now }));
+    return ctx.reply(
+      errorFrame('unknown_tool_use_id', `No pending tool call "${frame.tool_use_id}" (answered already, or the turn moved on)`, { pending: now }),
+    );
   }
   const after = recorded.session.turn!;
   if (missingResults(after).length > 0) return;

@@ -104,7 +104,14 @@ export async function queueTurn(sessionId: string, turn: TurnRecord, now = Date.
       UpdateExpression: `SET #state = :queued, turn = :turn, sweepShard = :shard, sweepAt = :sweepAt, ${t.set}`,
       ConditionExpression: '#state = :idle',
       ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: { ':queued': 'queued', ':idle': 'idle', ':turn': turn, ':shard': SWEEP_TURN, ':sweepAt': now + TURN_QUEUED_STALE_MS, ...t.values },
+      ExpressionAttributeValues: {
+        ':queued': 'queued',
+        ':idle': 'idle',
+        ':turn': turn,
+        ':shard': SWEEP_TURN,
+        ':sweepAt': now + TURN_QUEUED_STALE_MS,
+        ...t.values,
+      },
       ReturnValues: 'ALL_NEW',
     }),
   );
@@ -143,7 +150,10 @@ export async function heartbeatTurn(sessionId: string, turnId: string, now = Dat
  * What a running turn's watch reads every poll: whether it still owns the turn, whether it is asked to stop, and the
  * connection its frames go to now (a resume on another connection moves it: moveTurn).
  */
-export async function turnSignals(sessionId: string, turnId: string): Promise<{ owned: boolean; stop?: StopRequest; connection?: { connectionId: string; callbackUrl: string } }> {
+export async function turnSignals(
+  sessionId: string,
+  turnId: string,
+): Promise<{ owned: boolean; stop?: StopRequest; connection?: { connectionId: string; callbackUrl: string } }> {
   const out = await documentClient().send(
     new GetCommand({
       TableName: table(),
@@ -155,7 +165,8 @@ export async function turnSignals(sessionId: string, turnId: string): Promise<{ 
   );
   const item = out.Item as { state?: string; turn?: { id?: string; stop?: StopRequest; connectionId?: string; callbackUrl?: string } } | undefined;
   const owned = item?.state === 'running' && item.turn?.id === turnId;
-  const connection = owned && item.turn?.connectionId && item.turn.callbackUrl ? { connectionId: item.turn.connectionId, callbackUrl: item.turn.callbackUrl } : undefined;
+  const connection =
+    owned && item.turn?.connectionId && item.turn.callbackUrl ? { connectionId: item.turn.connectionId, callbackUrl: item.turn.callbackUrl } : undefined;
   return { owned, ...(item?.turn?.stop ? { stop: item.turn.stop } : {}), ...(connection ? { connection } : {}) };
 }
 
@@ -194,7 +205,13 @@ export async function endTurn(
 }
 
 /** running → awaiting_tools: the model called client-side tools; the session holds nothing while the client works. */
-export async function pauseTurn(sessionId: string, turnId: string, conversation: Anthropic.MessageParam[], paused: PausedRun, now = Date.now()): Promise<Moved> {
+export async function pauseTurn(
+  sessionId: string,
+  turnId: string,
+  conversation: Anthropic.MessageParam[],
+  paused: PausedRun,
+  now = Date.now(),
+): Promise<Moved> {
   const t = touched(now);
   return moved(
     await conditionalUpdate({
@@ -245,7 +262,14 @@ export async function queueResume(sessionId: string, turnId: string, now = Date.
       UpdateExpression: `SET #state = :queued, turn.queuedAt = :now, sweepShard = :shard, sweepAt = :sweepAt, ${t.set}`,
       ConditionExpression: '#state = :awaiting AND turn.id = :turn',
       ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: { ':queued': 'queued', ':awaiting': 'awaiting_tools', ':turn': turnId, ':shard': SWEEP_TURN, ':sweepAt': now + TURN_QUEUED_STALE_MS, ...t.values },
+      ExpressionAttributeValues: {
+        ':queued': 'queued',
+        ':awaiting': 'awaiting_tools',
+        ':turn': turnId,
+        ':shard': SWEEP_TURN,
+        ':sweepAt': now + TURN_QUEUED_STALE_MS,
+        ...t.values,
+      },
       ReturnValues: 'ALL_NEW',
     }),
   );

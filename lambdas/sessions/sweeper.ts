@@ -28,7 +28,8 @@ export interface SweepDeps {
 
 function defaultDeps(): SweepDeps {
   const endpoint = env().WEBSOCKET_CALLBACK_URL;
-  if (!endpoint) throw new Error('WEBSOCKET_CALLBACK_URL is not set: the sweeper reaches connections through the stage\'s management endpoint (manifest access.connections)');
+  if (!endpoint)
+    throw new Error("WEBSOCKET_CALLBACK_URL is not set: the sweeper reaches connections through the stage's management endpoint (manifest access.connections)");
   return { sender: apiGatewayConnectionSender(endpoint) };
 }
 
@@ -70,7 +71,12 @@ async function closeIdle(item: Record<string, unknown>, now: number, deps: Sweep
   const gone = await deleteConnection(connection.connectionId, { ifSweepAt: item.sweepAt as number });
   if (!gone) return false;
   const seconds = env().SESSION_IDLE_SECONDS;
-  await deps.sender.send(connection.connectionId, encodeFrame(errorFrame('idle_timeout', `No frame for ${seconds} seconds: the connection is closed. Resume the session on a new connection with its sessionId`)));
+  await deps.sender.send(
+    connection.connectionId,
+    encodeFrame(
+      errorFrame('idle_timeout', `No frame for ${seconds} seconds: the connection is closed. Resume the session on a new connection with its sessionId`),
+    ),
+  );
   await deps.sender.close(connection.connectionId);
   return true;
 }
@@ -82,6 +88,11 @@ async function freeTurn(item: Record<string, unknown>, now: number, deps: SweepD
   const freed = await endTurn(session.sessionId, turn.id, conversationWithoutTurn(session, turn), { from: [session.state as 'queued' | 'running'], now });
   if (!freed.ok) return false;
   logger.warn('a /ws turn was freed: its worker stopped', { sessionId: session.sessionId, turnId: turn.id, state: session.state });
-  await deps.sender.send(turn.connectionId, encodeFrame(errorFrame('turn_lost', 'The turn stopped before its end (its worker failed); the conversation is as it was before it. Send the message again')));
+  await deps.sender.send(
+    turn.connectionId,
+    encodeFrame(
+      errorFrame('turn_lost', 'The turn stopped before its end (its worker failed); the conversation is as it was before it. Send the message again'),
+    ),
+  );
   return true;
 }

@@ -32,7 +32,14 @@ export interface TurnDeps {
 const defaultDeps = (): TurnDeps => ({ sender: apiGatewayConnectionSender });
 
 /** A run that has not started: nothing spent, nothing said. */
-const FRESH: Omit<RunState, 'conversation'> = { spentMicros: 0, usage: { input_tokens: 0, output_tokens: 0 }, turns: 0, corrections: 0, lastText: '', activeMs: 0 };
+const FRESH: Omit<RunState, 'conversation'> = {
+  spentMicros: 0,
+  usage: { input_tokens: 0, output_tokens: 0 },
+  turns: 0,
+  corrections: 0,
+  lastText: '',
+  activeMs: 0,
+};
 
 export async function processTurnMessage(body: unknown, deps: TurnDeps = defaultDeps()): Promise<void> {
   const parsed = TurnMessage.safeParse(body);
@@ -121,12 +128,20 @@ async function runSegment(
   if (outcome.kind === 'ended') {
     // What the model's API refused as invalid (a tool result it cannot take, a message too long) would be refused on
     // every later turn too: the turn is dropped, and the session goes on from where it was before it.
-    const state = outcome.refusedAsInvalid && turnStart !== undefined ? { ...outcome.state, conversation: session.conversation.slice(0, turnStart) } : outcome.state;
+    const state =
+      outcome.refusedAsInvalid && turnStart !== undefined ? { ...outcome.state, conversation: session.conversation.slice(0, turnStart) } : outcome.state;
     return finishTurn(session, turn, state, outbox, follow, abort.signal.reason === CLIENT_GONE ? LEFT : { ...outcome.result, sessionId });
   }
 
   const pausedNow: PausedRun = {
-    run: { spentMicros: outcome.state.spentMicros, usage: outcome.state.usage, turns: outcome.state.turns, corrections: outcome.state.corrections, lastText: outcome.state.lastText, activeMs: outcome.state.activeMs },
+    run: {
+      spentMicros: outcome.state.spentMicros,
+      usage: outcome.state.usage,
+      turns: outcome.state.turns,
+      corrections: outcome.state.corrections,
+      lastText: outcome.state.lastText,
+      activeMs: outcome.state.activeMs,
+    },
     calls: outcome.calls.map((c) => ({ id: c.id, name: c.name, input: c.input, client: c.client })),
     serverResults: outcome.results,
     ...(turnStart === undefined ? {} : { turnStart }),
@@ -185,7 +200,14 @@ export async function finishTurn(
  * the session changed since (pinned), or the turn is no longer this worker's (the sweeper freed it and told the
  * client `turn_lost`, with the conversation as before the turn — a result now would contradict both).
  */
-async function writeEnd(session: SessionRecord, turn: TurnRecord, state: RunState, outbox: FrameOutbox, result: ServerFrame | undefined, version?: number): Promise<boolean> {
+async function writeEnd(
+  session: SessionRecord,
+  turn: TurnRecord,
+  state: RunState,
+  outbox: FrameOutbox,
+  result: ServerFrame | undefined,
+  version?: number,
+): Promise<boolean> {
   const opts = { from: ['queued', 'running'] as const, ...(version === undefined ? {} : { version }) };
   try {
     const ended = await endTurn(session.sessionId, turn.id, state.conversation, opts);
@@ -203,6 +225,7 @@ async function writeEnd(session: SessionRecord, turn: TurnRecord, state: RunStat
 
 /** A turn end that was not written: silent when pinned (the caller reads again), logged when the turn moved on. */
 function movedOn(session: SessionRecord, turn: TurnRecord, seen: SessionRecord | undefined, version: number | undefined): false {
-  if (version === undefined) logger.warn('a /ws turn end could not be written: it moved on', { sessionId: session.sessionId, turnId: turn.id, state: seen?.state });
+  if (version === undefined)
+    logger.warn('a /ws turn end could not be written: it moved on', { sessionId: session.sessionId, turnId: turn.id, state: seen?.state });
   return false;
 }

@@ -60,7 +60,7 @@ export function watchTurn(
     // A look already on its way when the turn ended sees the turn's own end: nothing was lost.
     if (stopped) return;
     lost = true;
-    logger.warn('a /ws turn stops: it is no longer its worker\'s', { sessionId, turnId });
+    logger.warn("a /ws turn stops: it is no longer its worker's", { sessionId, turnId });
     abort.abort('The turn was given up by the sweeper');
   };
   const timer = setInterval(() => void tick(), pollMs);

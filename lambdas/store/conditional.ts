@@ -61,7 +61,9 @@ async function tokenedUpdate(input: Omit<UpdateCommandInput, 'ReturnValuesOnCond
  * another write between the two sends can let a second send through (see above): for counters where that matters,
  * condition on the write's own key instead.
  */
-export async function updateOnce(input: Omit<UpdateCommandInput, 'ReturnValuesOnConditionCheckFailure' | 'ConditionExpression'>): Promise<StoredItem | undefined> {
+export async function updateOnce(
+  input: Omit<UpdateCommandInput, 'ReturnValuesOnConditionCheckFailure' | 'ConditionExpression'>,
+): Promise<StoredItem | undefined> {
   const r = await tokenedUpdate(input);
   // Only the token's condition was set, and a refusal that sees this write's token is answered as its success.
   if (!r.ok) throw new Error('updateOnce: a write without a condition of its own was refused');

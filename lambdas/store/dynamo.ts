@@ -34,7 +34,6 @@ export function isConditionFailure(err: unknown): boolean {
     typeof err === 'object' &&
     err !== null &&
     'name' in err &&
-    ((err as { name: string }).name === 'ConditionalCheckFailedException' ||
-      (err as { name: string }).name === 'TransactionCanceledException')
+    ((err as { name: string }).name === 'ConditionalCheckFailedException' || (err as { name: string }).name === 'TransactionCanceledException')
   );
 }

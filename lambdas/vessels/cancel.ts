@@ -36,7 +36,11 @@ export async function cancelVessel(v: StoredVessel): Promise<StoredVessel | Refu
   for (let attempt = 0; attempt < 3; attempt++) {
     const now = new Date();
     if (VesselStates.isTerminal(v.status)) {
-      return { kind: 'vessel_not_cancelable', status: v.status, message: `Vessel ${v.vesselId} has already ended (${v.status}); only a waiting or executing vessel can be canceled` };
+      return {
+        kind: 'vessel_not_cancelable',
+        status: v.status,
+        message: `Vessel ${v.vesselId} has already ended (${v.status}); only a waiting or executing vessel can be canceled`,
+      };
     }
     if (isWaiting(v.status)) {
       const ended = await endVessel(v, { to: 'CANCELED', from: v.status, output: endedWithoutRun('canceled', 'The vessel was canceled before it ran'), now });
@@ -71,6 +75,6 @@ async function removeSchedule(name: string): Promise<void> {
   try {
     await scheduler().cancel(name);
   } catch (err) {
-    logger.warn('removing a canceled vessel\'s schedule failed; its trigger will find the vessel canceled', { scheduleName: name, error: err as Error });
+    logger.warn("removing a canceled vessel's schedule failed; its trigger will find the vessel canceled", { scheduleName: name, error: err as Error });
   }
 }

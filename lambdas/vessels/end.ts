@@ -15,7 +15,13 @@ export type EndStatus = Extract<VesselStatus, 'COMPLETED' | 'FAILED' | 'CANCELED
  */
 export async function endVessel(
   vessel: StoredVessel,
-  end: { to: EndStatus; from: VesselStatus | readonly VesselStatus[]; when?: { expression: string; values: Record<string, unknown> }; output: VesselOutput; now: Date },
+  end: {
+    to: EndStatus;
+    from: VesselStatus | readonly VesselStatus[];
+    when?: { expression: string; values: Record<string, unknown> };
+    output: VesselOutput;
+    now: Date;
+  },
 ): Promise<StoredVessel | undefined> {
   // A callback's delivery starts with the end: pending, in the record at once; watched until handed off.
   const watch = vessel.callback ? { reconcileAt: redriveAt(end.now.getTime()), webhook: firstRound() } : {};

@@ -115,10 +115,7 @@ async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refus
       : refusal.kind === 'developer_budget_exhausted'
         ? 'error_developer_budget_exhausted'
         : 'error_during_execution';
-  const text =
-    refusal.kind === 'token'
-      ? 'The vessel could not run: its project no longer exists'
-      : `The vessel could not run: ${messageOf(refusal)}`;
+  const text = refusal.kind === 'token' ? 'The vessel could not run: its project no longer exists' : `The vessel could not run: ${messageOf(refusal)}`;
   await endVessel(vessel, {
     to: 'FAILED',
     from: ['PENDING', 'QUEUED'],
@@ -169,10 +166,9 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
       break;
     } catch (err) {
       if (attempt >= END_WRITE_ATTEMPTS) throw err;
-      logger.warn('writing a vessel\'s end failed; retrying', { vesselId: vessel.vesselId, error: err as Error });
+      logger.warn("writing a vessel's end failed; retrying", { vesselId: vessel.vesselId, error: err as Error });
       await sleep(250 * 2 ** attempt);
     }
   }
   if (!ended) logger.warn('vessel end not written: the vessel moved meanwhile', { vesselId: vessel.vesselId, runId });
 }
-

@@ -156,7 +156,13 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
   // EXECUTING, and its execution has not renewed it in time: the executor is gone.
   const ownedBy = { expression: `runId = :run AND ${late.expression}`, values: { ':run': v.runId, ...late.values } };
   if (v.cancelRequested) {
-    const ended = await endVessel(v, { to: 'CANCELED', from: 'EXECUTING', when: ownedBy, output: endedWithoutRun('canceled', 'The vessel was canceled while it ran'), now });
+    const ended = await endVessel(v, {
+      to: 'CANCELED',
+      from: 'EXECUTING',
+      when: ownedBy,
+      output: endedWithoutRun('canceled', 'The vessel was canceled while it ran'),
+      now,
+    });
     return ended ? 'canceled' : undefined;
   }
   if (v.attempts >= MAX_ATTEMPTS) {
@@ -165,7 +171,14 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
     return ended ? 'failed' : undefined;
   }
   const driveId = randomUUID();
-  const retried = await moveVessel(v.vesselId, { to: 'QUEUED', from: 'EXECUTING', when: ownedBy, set: { driveId, reconcileAt: nextLook }, remove: ['runId'], now });
+  const retried = await moveVessel(v.vesselId, {
+    to: 'QUEUED',
+    from: 'EXECUTING',
+    when: ownedBy,
+    set: { driveId, reconcileAt: nextLook },
+    remove: ['runId'],
+    now,
+  });
   if (!retried.ok) return undefined;
   await sendRunMessage({ vesselId: v.vesselId, driveId });
   return 'retried';

@@ -47,9 +47,7 @@ const Timing = {
     .min(0, 'ttl must not be negative')
     .max(MAX_SCHEDULE_AHEAD_SECONDS, `ttl must be at most ${MAX_SCHEDULE_AHEAD_SECONDS} seconds (365 days)`)
     .optional(),
-  executeAt: z.iso
-    .datetime({ offset: true, error: 'executeAt must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z' })
-    .optional(),
+  executeAt: z.iso.datetime({ offset: true, error: 'executeAt must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z' }).optional(),
 };
 
 const Options = RunOptions.extend({ token: z.string({ error: 'options.token is required: the JWT goes in the body' }) });
@@ -87,7 +85,9 @@ export function dueTime(timing: { ttl?: number | undefined; executeAt?: string |
   if (timing.executeAt !== undefined) {
     const at = new Date(timing.executeAt);
     if (at.getTime() - now.getTime() > MAX_SCHEDULE_AHEAD_SECONDS * 1000) {
-      return { problem: `executeAt must be at most 365 days ahead (${timing.executeAt} is later than ${new Date(now.getTime() + MAX_SCHEDULE_AHEAD_SECONDS * 1000).toISOString()})` };
+      return {
+        problem: `executeAt must be at most 365 days ahead (${timing.executeAt} is later than ${new Date(now.getTime() + MAX_SCHEDULE_AHEAD_SECONDS * 1000).toISOString()})`,
+      };
     }
     return { at: at.getTime() < now.getTime() ? now : at };
   }
@@ -99,7 +99,14 @@ export function dueTime(timing: { ttl?: number | undefined; executeAt?: string |
  * options come here without it: a retry with a refreshed token is the same request), and who sent it — a key another user of the project already
  * used is a conflict, never a way to read their vessel. SHA-256 of the canonical JSON (keys sorted).
  */
-export function fingerprint(input: { userId: string; message: string; options: RunOptions; callback?: Callback | undefined; ttl?: number | undefined; executeAt?: string | undefined }): string {
+export function fingerprint(input: {
+  userId: string;
+  message: string;
+  options: RunOptions;
+  callback?: Callback | undefined;
+  ttl?: number | undefined;
+  executeAt?: string | undefined;
+}): string {
   const canonical = stringify(input) ?? '';
   return createHash('sha256').update(canonical).digest('hex');
 }

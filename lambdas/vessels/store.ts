@@ -55,7 +55,13 @@ export async function createVessel(vessel: StoredVessel, fingerprint: string, no
             {
               Put: {
                 TableName: table(),
-                Item: { ...keyItem, vesselId: vessel.vesselId, fingerprint, idempotencyKey: vessel.idempotencyKey, expiresAt: expiresAfter(now, RETENTION_SECONDS) },
+                Item: {
+                  ...keyItem,
+                  vesselId: vessel.vesselId,
+                  fingerprint,
+                  idempotencyKey: vessel.idempotencyKey,
+                  expiresAt: expiresAfter(now, RETENTION_SECONDS),
+                },
                 // DynamoDB's TTL deletes lazily: a key past its 30 days is free even while the item lingers.
                 ConditionExpression: 'attribute_not_exists(pk) OR expiresAt <= :now',
                 ExpressionAttributeValues: { ':now': epochSeconds(now) },
@@ -125,7 +131,12 @@ export async function deleteUntriggered(vessel: StoredVessel): Promise<boolean> 
 export async function forgetIdempotencyKey(projectId: string, key: string, vesselId: string): Promise<void> {
   try {
     await documentClient().send(
-      new DeleteCommand({ TableName: table(), Key: idempotencyKeyItem(projectId, key), ConditionExpression: 'vesselId = :id', ExpressionAttributeValues: { ':id': vesselId } }),
+      new DeleteCommand({
+        TableName: table(),
+        Key: idempotencyKeyItem(projectId, key),
+        ConditionExpression: 'vesselId = :id',
+        ExpressionAttributeValues: { ':id': vesselId },
+      }),
     );
   } catch (err) {
     if (!isConditionFailure(err)) throw err;
@@ -170,7 +181,13 @@ export async function moveVessel(
  */
 export async function touchVessel(
   vesselId: string,
-  change: { status: VesselStatus | readonly VesselStatus[]; when?: { expression: string; values: Record<string, unknown> }; set: Record<string, unknown>; remove?: readonly string[]; now?: Date },
+  change: {
+    status: VesselStatus | readonly VesselStatus[];
+    when?: { expression: string; values: Record<string, unknown> };
+    set: Record<string, unknown>;
+    remove?: readonly string[];
+    now?: Date;
+  },
 ): Promise<VesselWrite> {
   const cond = VesselStates.statusIn(typeof change.status === 'string' ? [change.status as VesselStatus] : (change.status as readonly VesselStatus[]));
   return writeVessel(vesselId, cond, change.when, updateClauses({ ...change.set, ...(change.now ? { updatedAt: change.now.getTime() } : {}) }, change.remove));

@@ -29,7 +29,6 @@ export const SCHEDULE_LEAD_SECONDS = 60;
 /** The name of the schedule a vessel's trigger would use (unique per trigger; EventBridge allows 64 characters). */
 export const scheduleNameOf = (v: Pick<StoredVessel, 'vesselId' | 'driveId'>) => `vessel-${v.vesselId}-${v.driveId.slice(0, 8)}`;
 
-
 /** Sends the vessel's trigger for its due time: a (delayed) run message, or a schedule for a far one. */
 export async function triggerVessel(v: Pick<StoredVessel, 'vesselId' | 'driveId' | 'scheduledFor'>, now: Date): Promise<void> {
   const message: RunMessage = { vesselId: v.vesselId, driveId: v.driveId };

@@ -23,7 +23,10 @@ export class RedeliveryRefused extends Error {
  * queue as a vessel's end hands off its callback; if the queue does not take it, the reconciler does it within
  * minutes (`handedOff: false`). Answers the delivery record as it now stands.
  */
-export async function redeliverWebhook(vesselId: string, now: number = Date.now()): Promise<{ vesselId: string; round: number; handedOff: boolean; webhook: WebhookView }> {
+export async function redeliverWebhook(
+  vesselId: string,
+  now: number = Date.now(),
+): Promise<{ vesselId: string; round: number; handedOff: boolean; webhook: WebhookView }> {
   for (let tries = 0; tries < 3; tries++) {
     const vessel = await vesselWithCallback(vesselId);
     if (!VesselStates.isTerminal(vessel.status)) {

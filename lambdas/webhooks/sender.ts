@@ -121,7 +121,11 @@ async function followUp(vessel: StoredVessel, w: StoredWebhook, attempt: number)
       redeliver: `gateway webhook redeliver --vessel ${vessel.vesselId}`,
     });
     await markDeadLettered(vessel.vesselId, w.round, Date.now());
-    logger.warn('webhook delivery exhausted its retries: on the dead-letter queue', { vesselId: vessel.vesselId, round: w.round, origin: safeOrigin(vessel.callback!.url) });
+    logger.warn('webhook delivery exhausted its retries: on the dead-letter queue', {
+      vesselId: vessel.vesselId,
+      round: w.round,
+      origin: safeOrigin(vessel.callback!.url),
+    });
   }
 }
 

@@ -37,7 +37,8 @@ function endedWithCallback() {
 }
 
 /** The placeholders of NAMES that `text` uses (DynamoDB refuses unused ones). */
-const namesUsedIn = (text: string) => Object.fromEntries(Object.entries(NAMES).filter(([placeholder]) => new RegExp(`${placeholder}(?![A-Za-z0-9_])`).test(text)));
+const namesUsedIn = (text: string) =>
+  Object.fromEntries(Object.entries(NAMES).filter(([placeholder]) => new RegExp(`${placeholder}(?![A-Za-z0-9_])`).test(text)));
 
 async function update(vesselId: string, input: { condition: string; update: string; values: Record<string, unknown> }): Promise<StoredVessel | undefined> {
   const ended = endedWithCallback();
@@ -62,7 +63,10 @@ export async function claimAttempt(vessel: StoredVessel, m: { round: number; att
   if (!vessel.webhook) {
     // A vessel that ended before deliveries were recorded on it: its first attempt starts the record.
     if (m.round !== 1 || m.attempt !== 1) return false;
-    return (await update(vessel.vesselId, { condition: 'attribute_not_exists(#w)', update: 'SET #w = :w', values: { ':w': { ...firstRound(), claim } } })) !== undefined;
+    return (
+      (await update(vessel.vesselId, { condition: 'attribute_not_exists(#w)', update: 'SET #w = :w', values: { ':w': { ...firstRound(), claim } } })) !==
+      undefined
+    );
   }
   const updated = await update(vessel.vesselId, {
     condition:
@@ -81,10 +85,23 @@ export type AfterAttempt = { status: 'delivered' } | { status: 'pending'; nextAt
  * Records attempt `attempt` (made under claim `by`) and what the round became, in one write. Undefined when the claim
  * was lost meanwhile (a stale claim taken over, an operator's redelivery): the attempt is then not recorded.
  */
-export async function recordAttempt(vesselId: string, m: { round: number; attempt: number }, by: string, attempt: StoredAttempt, after: AfterAttempt): Promise<StoredWebhook | undefined> {
+export async function recordAttempt(
+  vesselId: string,
+  m: { round: number; attempt: number },
+  by: string,
+  attempt: StoredAttempt,
+  after: AfterAttempt,
+): Promise<StoredWebhook | undefined> {
   const sets = ['#w.#tried = :attempt', '#w.#attempts = list_append(#w.#attempts, :one)', '#w.#wstatus = :status'];
   const removes = ['#w.#claim'];
-  const values: Record<string, unknown> = { ':round': m.round, ':before': m.attempt - 1, ':attempt': m.attempt, ':by': by, ':one': [attempt], ':status': after.status };
+  const values: Record<string, unknown> = {
+    ':round': m.round,
+    ':before': m.attempt - 1,
+    ':attempt': m.attempt,
+    ':by': by,
+    ':one': [attempt],
+    ':status': after.status,
+  };
   if (after.status === 'pending') {
     // Watched by the reconciler until settled: looked at once the next attempt is overdue (its message lost).
     sets.push('#w.#next = :next', 'reconcileAt = :look');
@@ -106,7 +123,7 @@ export async function recordAttempt(vesselId: string, m: { round: number; attemp
 /** Notes that an exhausted round is on the dead-letter queue (once). */
 export async function markDeadLettered(vesselId: string, round: number, now: number): Promise<void> {
   await update(vesselId, {
-    condition: "#w.#round = :round AND #w.#failure = :exhausted AND attribute_not_exists(#w.#dl)",
+    condition: '#w.#round = :round AND #w.#failure = :exhausted AND attribute_not_exists(#w.#dl)',
     update: 'SET #w.#dl = :now',
     values: { ':round': round, ':exhausted': 'exhausted', ':now': now },
   });

@@ -43,12 +43,20 @@ export function verifyWebhook(rawBody: Bytes, headers: WebhookHeaders, secret: s
   if (standard !== undefined) return verifyStandard(rawBody, header, standard, secret, opts);
   const hex = header('x-service-signature');
   if (hex !== undefined) {
-    return equalText(hex.trim(), hexSignature(rawBody, secret)) ? { ok: true, scheme: 'x-service-signature' } : { ok: false, reason: 'X-Service-Signature does not match the body' };
+    return equalText(hex.trim(), hexSignature(rawBody, secret))
+      ? { ok: true, scheme: 'x-service-signature' }
+      : { ok: false, reason: 'X-Service-Signature does not match the body' };
   }
   return { ok: false, reason: 'no signature: neither webhook-signature nor X-Service-Signature is present' };
 }
 
-function verifyStandard(rawBody: Bytes, header: (name: string) => string | undefined, signatures: string, secret: string, opts: VerifyOptions): WebhookVerification {
+function verifyStandard(
+  rawBody: Bytes,
+  header: (name: string) => string | undefined,
+  signatures: string,
+  secret: string,
+  opts: VerifyOptions,
+): WebhookVerification {
   const id = header('webhook-id');
   const stamp = header('webhook-timestamp');
   if (!id) return { ok: false, reason: 'webhook-id is missing' };
@@ -65,7 +73,9 @@ function verifyStandard(rawBody: Bytes, header: (name: string) => string | undef
     .map((entry) => entry.replace(/,$/, '')) // a header sent twice arrives joined with ", "
     .filter((entry) => entry.startsWith('v1,'))
     .some((entry) => equalText(entry.slice(3), expected));
-  return matched ? { ok: true, scheme: 'standard-webhooks', webhookId: id, timestamp: new Date(timestamp * 1000) } : { ok: false, reason: 'webhook-signature does not match' };
+  return matched
+    ? { ok: true, scheme: 'standard-webhooks', webhookId: id, timestamp: new Date(timestamp * 1000) }
+    : { ok: false, reason: 'webhook-signature does not match' };
 }
 
 function headerReader(headers: WebhookHeaders): (name: string) => string | undefined {

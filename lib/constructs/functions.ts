@@ -88,7 +88,7 @@ export class GatewayFunction extends Construct {
     Validations.of(this.fn).acknowledge({
       id: 'AwsSolutions-L1',
       reason:
-        'Pinned to nodejs22.x on purpose: the project\'s own toolchain (the `node` devDependency every npm script and ' +
+        "Pinned to nodejs22.x on purpose: the project's own toolchain (the `node` devDependency every npm script and " +
         'test runs on) is Node 22, so the deployed major is the tested one. Move both together to 24.',
     });
   }

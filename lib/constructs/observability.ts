@@ -140,8 +140,7 @@ export class GatewayObservability extends Construct {
       dashboardName: `prompt-gateway-${props.stage}`,
       defaultInterval: Duration.hours(24),
     });
-    const fnMetrics = (pick: (fn: lambda.IFunction, id: string) => cw.IMetric[]) =>
-      props.functions.flatMap(({ id: fnId, fn }) => pick(fn, fnId));
+    const fnMetrics = (pick: (fn: lambda.IFunction, id: string) => cw.IMetric[]) => props.functions.flatMap(({ id: fnId, fn }) => pick(fn, fnId));
     this.dashboard.addWidgets(
       new cw.GraphWidget({ title: 'Requests and 5xx answers', left: [requests, errors], width: 8 }),
       new cw.GraphWidget({ title: 'AI spend (USD)', left: [spendUsd], width: 8 }),

@@ -68,7 +68,7 @@ export class GatewayScheduling extends Construct {
     Validations.of(fn.role ?? fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/${this.groupName}/*]`,
       reason:
-        'Schedule names are generated per vessel at run time, so the grant names the gateway\'s schedule group ' +
+        "Schedule names are generated per vessel at run time, so the grant names the gateway's schedule group " +
         'and allows any schedule inside it — never schedules of other groups.',
     });
   }

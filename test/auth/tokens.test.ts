@@ -123,7 +123,10 @@ describe('GET /usage refuses bad tokens with 401 {error}', () => {
     await expect401(`Bearer ${await sign(claims({ budget: { ...BUDGET, ai: '5000' } }))}`, /^Token claims invalid: budget\.ai .*number/i);
     await expect401(`Bearer ${await sign(claims({ budget: { ...BUDGET, ai: -1 } }))}`, /^Token claims invalid: budget\.ai \S/);
     await expect401(`Bearer ${await sign(claims({ budget: { ...BUDGET, compute: undefined } }))}`, /^Token claims invalid: budget\.compute \S/);
-    await expect401(`Bearer ${await sign(claims({ budget: { ...BUDGET, window: 'fortnight' } }))}`, /^Token claims invalid: budget\.window .*"hour"\|"day"\|"week"\|"month"\|"lifetime"/);
+    await expect401(
+      `Bearer ${await sign(claims({ budget: { ...BUDGET, window: 'fortnight' } }))}`,
+      /^Token claims invalid: budget\.window .*"hour"\|"day"\|"week"\|"month"\|"lifetime"/,
+    );
     await expect401(`Bearer ${await sign(claims({ budget: 5000 }))}`, /^Token claims invalid: budget .*object/);
   });
 
@@ -144,7 +147,14 @@ describe('GET /usage refuses bad tokens with 401 {error}', () => {
 
 describe('GET /usage accepts valid tokens', () => {
   it.each(['HS256', 'HS384', 'HS512'] as const)('%s → 200', async (algorithm) => {
-    const token = await mintToken({ projectId: gw.projectId, userId: `user-${algorithm}`, secret: gw.secret, budget: { ai: 1234, compute: 56, window: 'week' }, expiresInSeconds: 600, algorithm });
+    const token = await mintToken({
+      projectId: gw.projectId,
+      userId: `user-${algorithm}`,
+      secret: gw.secret,
+      budget: { ai: 1234, compute: 56, window: 'week' },
+      expiresInSeconds: 600,
+      algorithm,
+    });
     expect(JSON.parse(Buffer.from(token.split('.')[0]!, 'base64url').toString()).alg).toBe(algorithm);
     const { status, body } = await usage(`Bearer ${token}`);
     expect(status).toBe(200);
@@ -174,8 +184,20 @@ describe('verifyToken (direct)', () => {
 
   it('returns the caller', async () => {
     const now = Date.UTC(2030, 0, 1);
-    const token = await mintToken({ projectId: 'prj_a', userId: 'u', secret: 'secret-a-secret-a-secret-a-secret-a', budget: { ai: 7, compute: 8, window: 'lifetime' }, expiresInSeconds: 60, now });
-    expect(await verifyToken(token, lookup, now)).toEqual({ projectId: 'prj_a', userId: 'u', budget: { ai: 7, compute: 8, window: 'lifetime' }, expiresAt: now / 1000 + 60 });
+    const token = await mintToken({
+      projectId: 'prj_a',
+      userId: 'u',
+      secret: 'secret-a-secret-a-secret-a-secret-a',
+      budget: { ai: 7, compute: 8, window: 'lifetime' },
+      expiresInSeconds: 60,
+      now,
+    });
+    expect(await verifyToken(token, lookup, now)).toEqual({
+      projectId: 'prj_a',
+      userId: 'u',
+      budget: { ai: 7, compute: 8, window: 'lifetime' },
+      expiresAt: now / 1000 + 60,
+    });
     // exp is exclusive ("on or after"), extended by the 60 s leeway
     await expect(verifyToken(token, lookup, now + 119_000)).resolves.toMatchObject({ userId: 'u' });
     await expect(verifyToken(token, lookup, now + 120_000)).rejects.toMatchObject({ name: 'TokenError', code: 'token_expired', message: 'Token expired' });

@@ -42,7 +42,6 @@ describe('developer monthly compute', () => {
     await expect(addDeveloperCompute('dev-x', -1)).rejects.toThrow('seconds must be a non-negative integer, got -1');
     await expect(addDeveloperCompute('dev-x', 1.5)).rejects.toThrow(RangeError);
   });
-
 });
 
 describe('the stored item', () => {

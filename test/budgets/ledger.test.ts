@@ -1,14 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
-import {
-  readUsage,
-  reserve,
-  settle,
-  sweepExpired,
-  windowFor,
-  type Reservation,
-} from '../../lambdas/budgets/ledger.ts';
+import { readUsage, reserve, settle, sweepExpired, windowFor, type Reservation } from '../../lambdas/budgets/ledger.ts';
 import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { env } from '../../lambdas/config/env.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -213,7 +206,7 @@ describe('expired reservations', () => {
   });
 });
 
-describe("a run's compute hold names its developer (docs/contract.md, \"Abandoned reservations\")", () => {
+describe('a run\'s compute hold names its developer (docs/contract.md, "Abandoned reservations")', () => {
   const ttl = () => env().RESERVATION_TTL_SECONDS;
   const developer = () => `dev-${randomBytes(4).toString('hex')}`;
 
@@ -352,7 +345,8 @@ describe('a write the SDK sends twice (its first answer lost) counts once (store
     loss = loseAnswers();
   });
   const isReserve = (input: WriteInput) => input.UpdateExpression?.includes('SET #writeToken = :writeToken, holds.#id = :hold') === true;
-  const isSettle = (input: WriteInput) => input.UpdateExpression?.includes('REMOVE holds.#id') === true && input.ConditionExpression?.startsWith('(attribute_exists(holds.#id))') === true;
+  const isSettle = (input: WriteInput) =>
+    input.UpdateExpression?.includes('REMOVE holds.#id') === true && input.ConditionExpression?.startsWith('(attribute_exists(holds.#id))') === true;
   const isMonth = (input: WriteInput) => input.Key?.pk?.S?.startsWith('devcompute#') === true;
 
   it('a reservation with room left is held once, not twice', async () => {

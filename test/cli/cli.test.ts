@@ -73,12 +73,17 @@ const json = (run: Run): Record<string, unknown> => {
 };
 
 describe('operator CLI against a running local gateway', () => {
-  it('developer set-plan changes the tier; developer show lists the live runs and the month\'s compute', async () => {
+  it("developer set-plan changes the tier; developer show lists the live runs and the month's compute", async () => {
     json(await cli(['developer', 'create', '--id', 'dev-plan', '--plan-seconds', '1000', '--json']));
     const raised = json(await cli(['developer', 'set-plan', '--id', 'dev-plan', '--plan-seconds', '15000000', '--pool-seconds', '7', '--json']));
     expect(raised).toMatchObject({ developerId: 'dev-plan', planSeconds: 15_000_000, poolSeconds: 7, tier: 'pro', maxConcurrency: 10 });
     // The pool stays as it is when not given.
-    expect(json(await cli(['developer', 'set-plan', '--id', 'dev-plan', '--plan-seconds', '3500000', '--json']))).toMatchObject({ planSeconds: 3_500_000, poolSeconds: 7, tier: 'starter', maxConcurrency: 5 });
+    expect(json(await cli(['developer', 'set-plan', '--id', 'dev-plan', '--plan-seconds', '3500000', '--json']))).toMatchObject({
+      planSeconds: 3_500_000,
+      poolSeconds: 7,
+      tier: 'starter',
+      maxConcurrency: 5,
+    });
 
     const started = Date.now();
     const lease = await acquireLease('dev-plan', { sessionId: 'run-cli', userId: 'alice', projectId: 'prj_x', kind: 'prompt' }, 5);
@@ -102,7 +107,14 @@ describe('operator CLI against a running local gateway', () => {
     expect(existsSync(join(dataDir, 'runtime.json'))).toBe(true);
 
     const created = json(await cli(['developer', 'create', '--id', 'dev-cli', '--plan-seconds', '4000000', '--pool-seconds', '100', '--json']));
-    expect(created).toEqual({ developerId: 'dev-cli', planSeconds: 4_000_000, poolSeconds: 100, createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT/), tier: 'starter', maxConcurrency: 5 });
+    expect(created).toEqual({
+      developerId: 'dev-cli',
+      planSeconds: 4_000_000,
+      poolSeconds: 100,
+      createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+      tier: 'starter',
+      maxConcurrency: 5,
+    });
 
     const [shown, project, duplicate, badFlag, noRuntime] = await Promise.all([
       cli(['developer', 'show', '--id', 'dev-cli', '--json']),
@@ -143,8 +155,38 @@ describe('operator CLI against a running local gateway', () => {
 
     const [keySet, pricingSet, minted] = await Promise.all([
       cli(['project', 'set-provider-key', '--project', projectId, '--provider', 'openai', '--key', PROVIDER_KEY, '--json']),
-      cli(['project', 'set-pricing', '--project', projectId, '--model', 'my-model', '--input-usd-per-mtok', '1.5', '--output-usd-per-mtok', '2', '--cache-read-usd-per-mtok', '0.15', '--json']),
-      cli(['token', 'mint', '--project', projectId, '--user', 'cli-user', '--ai-microdollars', '4321', '--compute-seconds', '77', '--window', 'week', '--expires-in', '2h', '--json']),
+      cli([
+        'project',
+        'set-pricing',
+        '--project',
+        projectId,
+        '--model',
+        'my-model',
+        '--input-usd-per-mtok',
+        '1.5',
+        '--output-usd-per-mtok',
+        '2',
+        '--cache-read-usd-per-mtok',
+        '0.15',
+        '--json',
+      ]),
+      cli([
+        'token',
+        'mint',
+        '--project',
+        projectId,
+        '--user',
+        'cli-user',
+        '--ai-microdollars',
+        '4321',
+        '--compute-seconds',
+        '77',
+        '--window',
+        'week',
+        '--expires-in',
+        '2h',
+        '--json',
+      ]),
     ]);
     // against the local runtime a change reaches the gateway within 1 s (its SECRET_CACHE_SECONDS)
     expect(json(keySet)).toEqual({ projectId, provider: 'openai', stored: true, takesEffectWithinSeconds: 1 });
@@ -155,7 +197,13 @@ describe('operator CLI against a running local gateway', () => {
       takesEffectWithinSeconds: 1,
     });
     const mint = json(minted);
-    expect(mint).toEqual({ token: expect.any(String), projectId, userId: 'cli-user', budget: { ai: 4321, compute: 77, window: 'week' }, expiresInSeconds: 7200 });
+    expect(mint).toEqual({
+      token: expect.any(String),
+      projectId,
+      userId: 'cli-user',
+      budget: { ai: 4321, compute: 77, window: 'week' },
+      expiresInSeconds: 7200,
+    });
     const claims = decodeJwt(mint.token as string);
     expect(claims).toMatchObject({ iss: projectId, sub: 'cli-user', budget: { ai: 4321, compute: 77, window: 'week' } });
     expect(claims.exp! - claims.iat!).toBe(7200);
@@ -214,7 +262,19 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
       cli(['developer', 'create', '--id', 'dev-neg', '--plan-seconds', '5', '--pool-seconds', '-1', '--json']),
       cli(['developer', 'create', '--id', '--plan-seconds', '5']),
     ]);
-    const all = ['developer create', 'developer set-plan', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'webhook show', 'webhook redeliver', 'token mint'];
+    const all = [
+      'developer create',
+      'developer set-plan',
+      'developer show',
+      'project create',
+      'project show',
+      'project rotate-secret',
+      'project set-provider-key',
+      'project set-pricing',
+      'webhook show',
+      'webhook redeliver',
+      'token mint',
+    ];
     for (const r of [help, dashHelp]) {
       expect(r.code).toBe(0);
       expect(r.stderr).toBe('');
@@ -264,11 +324,17 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     [['developer', 'create', '--id', 'dev-x', '--plan-seconds=-5'], 'error: --plan-seconds must not be negative\n'],
     [['developer', 'create', '--id', 'dev-x'], 'error: --plan-seconds is required\n'],
     [['project', 'set-provider-key', '--project', 'p', '--provider', 'anthropic', '--key', 'k'], 'error: --provider must be openai or openrouter\n'],
-    [['token', 'mint', '--project', 'p', '--user', 'u', '--ai-microdollars', '1', '--compute-seconds', '1', '--window', 'day', '--expires-in', 'soon'], expect.stringMatching(/^error: --expires-in: Invalid duration "soon"/)],
+    [
+      ['token', 'mint', '--project', 'p', '--user', 'u', '--ai-microdollars', '1', '--compute-seconds', '1', '--window', 'day', '--expires-in', 'soon'],
+      expect.stringMatching(/^error: --expires-in: Invalid duration "soon"/),
+    ],
     [['frobnicate', 'all'], 'error: unknown command "frobnicate all"; run gateway --help for the list\n'],
     [['developer', 'create', '--id', 'dev-x', '--plan-seconds', '-5'], 'error: --plan-seconds must not be negative\n'],
     [['developer', 'create', '--id', 'dev-x', '--plan-seconds', '-0.5'], 'error: --plan-seconds must be a whole number\n'],
-    [['project', 'set-pricing', '--project', 'p', '--model', 'm', '--input-usd-per-mtok', '-1', '--output-usd-per-mtok', '1'], 'error: --input-usd-per-mtok must not be negative\n'],
+    [
+      ['project', 'set-pricing', '--project', 'p', '--model', 'm', '--input-usd-per-mtok', '-1', '--output-usd-per-mtok', '1'],
+      'error: --input-usd-per-mtok must not be negative\n',
+    ],
     [['developer'], 'error: missing subcommand for developer: one of create, set-plan, show\n'],
     [['project'], 'error: missing subcommand for project: one of create, show, rotate-secret, set-provider-key, set-pricing\n'],
     [['token'], 'error: missing subcommand for token: one of mint\n'],
@@ -290,8 +356,14 @@ describe('CLI invocation errors (main() in process; exit code = its return value
   });
 
   it('refused operations exit 1 with the registry message', async () => {
-    expect(await run(['project', 'show', '--project', 'prj_missing', '--json'])).toEqual({ code: 1, stdout: '', stderr: '{"error":"Project prj_missing does not exist"}\n' });
-    expect(await run(['token', 'mint', '--project', 'prj_missing', '--user', 'u', '--ai-microdollars', '1', '--compute-seconds', '1', '--window', 'day'])).toEqual({
+    expect(await run(['project', 'show', '--project', 'prj_missing', '--json'])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: '{"error":"Project prj_missing does not exist"}\n',
+    });
+    expect(
+      await run(['token', 'mint', '--project', 'prj_missing', '--user', 'u', '--ai-microdollars', '1', '--compute-seconds', '1', '--window', 'day']),
+    ).toEqual({
       code: 1,
       stdout: '',
       stderr: 'error: Project prj_missing does not exist\n',
@@ -315,9 +387,16 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     expect(rotated.code).toBe(0);
     expect(rotated.stdout.split('\n').at(-2)).toBe('The local gateway picks up the change within 1 s.');
     const key = await run(['project', 'set-provider-key', '--project', project.projectId, '--provider', 'openrouter', '--key', 'sk-or-x']);
-    expect(key.stdout).toBe(`Stored the openrouter key of ${project.projectId} (encrypted; it is never shown again)\nThe local gateway picks up the change within 1 s.\n`);
+    expect(key.stdout).toBe(
+      `Stored the openrouter key of ${project.projectId} (encrypted; it is never shown again)\nThe local gateway picks up the change within 1 s.\n`,
+    );
     const rotatedJson = await run(['project', 'rotate-secret', '--project', project.projectId, '--json']);
-    expect(JSON.parse(rotatedJson.stdout)).toEqual({ projectId: project.projectId, secret: expect.any(String), rotatedAt: expect.any(String), takesEffectWithinSeconds: 1 });
+    expect(JSON.parse(rotatedJson.stdout)).toEqual({
+      projectId: project.projectId,
+      secret: expect.any(String),
+      rotatedAt: expect.any(String),
+      takesEffectWithinSeconds: 1,
+    });
   });
 
   it('says when a change reaches running gateways: within SECRET_CACHE_SECONDS on a stack, at once where a stale record would refuse', async () => {
@@ -378,7 +457,18 @@ describe('CLI invocation errors (main() in process; exit code = its return value
   it('--help lists every command and exits 0', async () => {
     const r = await run(['--help']);
     expect(r.code).toBe(0);
-    for (const c of ['developer create', 'developer show', 'project create', 'project show', 'project rotate-secret', 'project set-provider-key', 'project set-pricing', 'webhook show', 'webhook redeliver', 'token mint']) {
+    for (const c of [
+      'developer create',
+      'developer show',
+      'project create',
+      'project show',
+      'project rotate-secret',
+      'project set-provider-key',
+      'project set-pricing',
+      'webhook show',
+      'webhook redeliver',
+      'token mint',
+    ]) {
       expect(r.stdout).toContain(`  ${c} `);
     }
   });

@@ -86,7 +86,14 @@ export function claudeEnv(opts: { baseUrl: string; token: string; home: string; 
 }
 
 /** `claude -p <prompt> --output-format json [...args]`, headless, in a fresh temporary HOME. */
-export async function runClaude(opts: { baseUrl: string; token: string; trapUrl: string; prompt: string; args?: string[]; timeoutMs?: number }): Promise<ClaudeRun> {
+export async function runClaude(opts: {
+  baseUrl: string;
+  token: string;
+  trapUrl: string;
+  prompt: string;
+  args?: string[];
+  timeoutMs?: number;
+}): Promise<ClaudeRun> {
   const home = mkdtempSync(join(tmpdir(), 'cc-home-'));
   const { file, prefix } = command();
   try {
@@ -247,10 +254,14 @@ export function scrubCapture(run: string, record: FrontRecord, home: string): Ca
   const dashed = home.replace(/[^A-Za-z0-9]/g, '-');
   const day = new Date().toISOString().slice(0, 10);
   let text = record.body
-    .split(home).join(SCRUBBED.home)
-    .split(dashed).join(SCRUBBED.home.replace(/[^A-Za-z0-9]/g, '-'))
-    .split(release()).join(SCRUBBED.osRelease)
-    .split(day).join(SCRUBBED.date);
+    .split(home)
+    .join(SCRUBBED.home)
+    .split(dashed)
+    .join(SCRUBBED.home.replace(/[^A-Za-z0-9]/g, '-'))
+    .split(release())
+    .join(SCRUBBED.osRelease)
+    .split(day)
+    .join(SCRUBBED.date);
   text = text.replace(/(\\"device_id\\":\\")[0-9a-f]+/, `$1${SCRUBBED.deviceId}`).replace(/(\\"session_id\\":\\")[0-9a-f-]+/, `$1${SCRUBBED.sessionId}`);
   const headers: Record<string, string> = {};
   for (const name of KEPT_HEADERS) {

@@ -62,12 +62,36 @@ const TOOL_SEARCH_PROMPT = 'find the web fetch tool [[tool:ToolSearch {"query":"
 
 const RUNS: Run[] = [
   { name: 'claude -p hi', prompt: 'hi', args: [], model: 'claude-opus-5-5', provider: 'anthropic', calls: 1, fixture: true },
-  { name: 'claude -p hi --model sonnet', prompt: 'hi', args: ['--model', 'sonnet'], model: 'claude-sonnet-5-5', provider: 'anthropic', calls: 1, fixture: true },
+  {
+    name: 'claude -p hi --model sonnet',
+    prompt: 'hi',
+    args: ['--model', 'sonnet'],
+    model: 'claude-sonnet-5-5',
+    provider: 'anthropic',
+    calls: 1,
+    fixture: true,
+  },
   { name: 'claude -p hi --model gpt-4.1', prompt: 'hi', args: ['--model', 'gpt-4.1'], model: 'gpt-4.1', provider: 'openai', calls: 1, fixture: true },
   // A tool round trip: the system message is then in the middle of the conversation, and the tool search's answer
   // (a tool_reference block) must reach GPT as something it can read (it was a 400 before the translation mapped it).
-  { name: 'claude -p <ToolSearch> (default model)', prompt: TOOL_SEARCH_PROMPT, args: [], model: 'claude-opus-5-5', provider: 'anthropic', calls: 2, fixture: false },
-  { name: 'claude -p <ToolSearch> --model gpt-4.1', prompt: TOOL_SEARCH_PROMPT, args: ['--model', 'gpt-4.1'], model: 'gpt-4.1', provider: 'openai', calls: 2, fixture: false },
+  {
+    name: 'claude -p <ToolSearch> (default model)',
+    prompt: TOOL_SEARCH_PROMPT,
+    args: [],
+    model: 'claude-opus-5-5',
+    provider: 'anthropic',
+    calls: 2,
+    fixture: false,
+  },
+  {
+    name: 'claude -p <ToolSearch> --model gpt-4.1',
+    prompt: TOOL_SEARCH_PROMPT,
+    args: ['--model', 'gpt-4.1'],
+    model: 'gpt-4.1',
+    provider: 'openai',
+    calls: 2,
+    fixture: false,
+  },
 ];
 
 let gw: TestGateway;
@@ -239,7 +263,18 @@ describe(`Claude Code ${PINNED_VERSION} through the gateway`, () => {
         }
       }
       // Figures for the report (tokens, charge, time), printed once per run.
-      console.log(JSON.stringify({ run: run.name, model: run.model, calls: run.calls, input, output, gatewayMicros: expected, claudeCodeUsd: out.total_cost_usd, ms: elapsed }));
+      console.log(
+        JSON.stringify({
+          run: run.name,
+          model: run.model,
+          calls: run.calls,
+          input,
+          output,
+          gatewayMicros: expected,
+          claudeCodeUsd: out.total_cost_usd,
+          ms: elapsed,
+        }),
+      );
     },
     90_000,
   );

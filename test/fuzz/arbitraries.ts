@@ -50,8 +50,38 @@ export type TokenCase = GoodToken | BadToken;
 export const noDirective = (s: string): boolean => !s.includes('[[') && !s.startsWith('[') && !s.endsWith('[');
 
 const oddChars = fc.constantFrom(
-  '\u0000', '\u0007', '\u001f', '\u007f', '\u0085', '\u00a0', '\u200b', '\u200e', '\u202e', '\u2028', '\u2029',
-  '\ufeff', '\uffff', '\ud800', '\udfff', '\ud83d\ude00', '\u0301', 'é', 'ß', '中', '𝔘', '"', '\\', '/', '{', '}', ']', '<', '%', '\n', '\r\n', '\t',
+  '\u0000',
+  '\u0007',
+  '\u001f',
+  '\u007f',
+  '\u0085',
+  '\u00a0',
+  '\u200b',
+  '\u200e',
+  '\u202e',
+  '\u2028',
+  '\u2029',
+  '\ufeff',
+  '\uffff',
+  '\ud800',
+  '\udfff',
+  '\ud83d\ude00',
+  '\u0301',
+  'é',
+  'ß',
+  '中',
+  '𝔘',
+  '"',
+  '\\',
+  '/',
+  '{',
+  '}',
+  ']',
+  '<',
+  '%',
+  '\n',
+  '\r\n',
+  '\t',
 );
 
 /** Any text a user might paste: graphemes, raw code points, lone surrogates, control and bidi characters. */
@@ -74,13 +104,13 @@ export const userText = (maxLength = 60): fc.Arbitrary<string> =>
  * space, C0/C1 controls, format characters (Cf) or lone surrogates. Everything else — any script, emoji — is fine.
  */
 export const isIdentifier = (s: string): boolean =>
-  [...s].length >= 1 &&
-  [...s].length <= 128 &&
-  s === s.normalize('NFC') &&
-  !/[#\p{White_Space}\p{Cc}\p{Cf}\p{Cs}]/u.test(s);
+  [...s].length >= 1 && [...s].length <= 128 && s === s.normalize('NFC') && !/[#\p{White_Space}\p{Cc}\p{Cf}\p{Cs}]/u.test(s);
 export const goodSub = fc.oneof(
   { weight: 8, arbitrary: fc.constantFrom('fz-a', 'fz-b', 'fz-c') },
-  { weight: 1, arbitrary: fc.constantFrom('josé', '用户-42', '🙂', '🙂'.repeat(128), 'é'.repeat(128), 'a'.repeat(128), '"quoted"', 'back\\slash', '{}', '%41') },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom('josé', '用户-42', '🙂', '🙂'.repeat(128), 'é'.repeat(128), 'a'.repeat(128), '"quoted"', 'back\\slash', '{}', '%41'),
+  },
   { weight: 2, arbitrary: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 40 }).filter(isIdentifier) },
 );
 
@@ -96,7 +126,9 @@ export function goodTokenArb(ctx: FuzzContext, budget: fc.Arbitrary<Budget> = fc
       withIat: fc.boolean(),
       nbfAgo: fc.option(fc.integer({ min: 0, max: 3600 }), { nil: undefined }),
       lifetime: fc.integer({ min: 600, max: 30 * 86_400 }),
-      extra: fc.option(fc.dictionary(fc.constantFrom('jti', 'aud', 'scope', 'note', 'ünï', 'x'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }), { nil: undefined }),
+      extra: fc.option(fc.dictionary(fc.constantFrom('jti', 'aud', 'scope', 'note', 'ünï', 'x'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }), {
+        nil: undefined,
+      }),
     })
     .map(({ sub: s, budget: b, alg, withIat, nbfAgo, lifetime, extra }) => {
       const now = Math.floor(Date.now() / 1000);
@@ -118,7 +150,9 @@ export function badTokenArb(ctx: FuzzContext): fc.Arbitrary<BadToken> {
   const now = () => Math.floor(Date.now() / 1000);
   const claims = (overrides: Record<string, unknown> = {}) => goodClaims(ctx.projectId, 'fz-bad', overrides);
   const sign = (payload: Record<string, unknown> | string, header?: Record<string, unknown> | string) => forgeJwt({ payload, header, secret });
-  const bad = (why: string) => (token: string): BadToken => ({ valid: false, token, why });
+  const bad =
+    (why: string) =>
+    (token: string): BadToken => ({ valid: false, token, why });
   const without = (key: string) => {
     const c = claims();
     delete c[key];
@@ -130,11 +164,18 @@ export function badTokenArb(ctx: FuzzContext): fc.Arbitrary<BadToken> {
     fc.tuple(b64segment, b64segment, b64segment).map(([a, b, c]) => bad('three random base64url segments')(`${a}.${b}.${c}`)),
     fc.constantFrom('a.b', 'a.b.c.d', '..', '.', 'Bearer', 'null', 'undefined', '{}', 'eyJhbGciOiJIUzI1NiJ9..').map(bad('not a JWT')),
     // Algorithms: none, asymmetric ones (an HMAC signature under an RS/ES/PS header), odd spellings.
-    fc.constantFrom('none', 'None', 'RS256', 'ES256', 'PS256', 'EdDSA', 'hs256', 'HS256 ', '', 'HS1').map((alg) =>
-      bad(`alg ${JSON.stringify(alg)}`)(forgeJwt({ header: { alg, typ: 'JWT' }, payload: claims(), secret, ...(alg.toLowerCase() === 'none' ? { signature: '' } : {}) })),
-    ),
+    fc
+      .constantFrom('none', 'None', 'RS256', 'ES256', 'PS256', 'EdDSA', 'hs256', 'HS256 ', '', 'HS1')
+      .map((alg) =>
+        bad(`alg ${JSON.stringify(alg)}`)(
+          forgeJwt({ header: { alg, typ: 'JWT' }, payload: claims(), secret, ...(alg.toLowerCase() === 'none' ? { signature: '' } : {}) }),
+        ),
+      ),
     fc.constant(bad('header without alg')(sign(claims(), { typ: 'JWT' }))),
-    fc.string({ minLength: 1, maxLength: 40 }).filter((s) => s !== secret).map((wrong) => bad('signed with another secret')(forgeJwt({ payload: claims(), secret: wrong }))),
+    fc
+      .string({ minLength: 1, maxLength: 40 })
+      .filter((s) => s !== secret)
+      .map((wrong) => bad('signed with another secret')(forgeJwt({ payload: claims(), secret: wrong }))),
     fc.integer({ min: 0, max: 40 }).map((i) => {
       // Flip one character well inside the signature (the last one may only carry padding bits).
       const t = sign(claims());
@@ -154,38 +195,88 @@ export function badTokenArb(ctx: FuzzContext): fc.Arbitrary<BadToken> {
     fc.constantFrom('exp', 'iss', 'sub', 'budget').map((k) => bad(`no ${k} claim`)(sign(without(k)))),
     fc
       .constantFrom<[string, unknown]>(
-        ['exp', '9999999999'], ['exp', 1.5], ['exp', null], ['iat', 'now'], ['nbf', {}],
-        ['budget', null], ['budget', 5], ['budget', {}], ['budget', { ai: -1, compute: 1, window: 'day' }],
-        ['budget', { ai: 1.5, compute: 1, window: 'day' }], ['budget', { ai: '100', compute: 1, window: 'day' }],
-        ['budget', { ai: 100, compute: 1, window: 'year' }], ['budget', { ai: 100, compute: 1 }],
-        ['budget', { ai: 2 ** 53, compute: 1, window: 'day' }], ['budget', { ai: 1e308, compute: 1, window: 'day' }],
-        ['budget', { ai: 100, compute: -5, window: 'day' }], ['budget', { ai: 100, compute: 1, window: 'DAY' }],
+        ['exp', '9999999999'],
+        ['exp', 1.5],
+        ['exp', null],
+        ['iat', 'now'],
+        ['nbf', {}],
+        ['budget', null],
+        ['budget', 5],
+        ['budget', {}],
+        ['budget', { ai: -1, compute: 1, window: 'day' }],
+        ['budget', { ai: 1.5, compute: 1, window: 'day' }],
+        ['budget', { ai: '100', compute: 1, window: 'day' }],
+        ['budget', { ai: 100, compute: 1, window: 'year' }],
+        ['budget', { ai: 100, compute: 1 }],
+        ['budget', { ai: 2 ** 53, compute: 1, window: 'day' }],
+        ['budget', { ai: 1e308, compute: 1, window: 'day' }],
+        ['budget', { ai: 100, compute: -5, window: 'day' }],
+        ['budget', { ai: 100, compute: 1, window: 'DAY' }],
       )
       .map(([k, v]) => bad(`claim ${k} = ${JSON.stringify(v)}`)(sign(claims({ [k]: v })))),
     // Huge issuers: a project lookup must not turn a 2–3 KB key into a store error (DynamoDB keys end at 2 KB).
-    fc.tuple(fc.integer({ min: 1000, max: 3200 }), fc.constantFrom('a', 'Z', '9', '-', 'é')).map(([n, ch]) =>
-      bad(`iss of ${n} characters`)(sign(claims({ iss: ch.repeat(n) }))),
-    ),
-    fc.string({ minLength: 1, maxLength: 40 }).filter((s) => s !== ctx.projectId).map((iss) => bad('unknown issuer')(sign(claims({ iss })))),
-    fc.constantFrom(`${ctx.projectId}#x`, `${ctx.projectId} `, `${ctx.projectId}\u0000`, '', ' ', 42, null, [ctx.projectId]).map((iss) =>
-      bad(`iss ${JSON.stringify(iss)}`)(sign(claims({ iss }))),
-    ),
+    fc
+      .tuple(fc.integer({ min: 1000, max: 3200 }), fc.constantFrom('a', 'Z', '9', '-', 'é'))
+      .map(([n, ch]) => bad(`iss of ${n} characters`)(sign(claims({ iss: ch.repeat(n) })))),
+    fc
+      .string({ minLength: 1, maxLength: 40 })
+      .filter((s) => s !== ctx.projectId)
+      .map((iss) => bad('unknown issuer')(sign(claims({ iss })))),
+    fc
+      .constantFrom(`${ctx.projectId}#x`, `${ctx.projectId} `, `${ctx.projectId}\u0000`, '', ' ', 42, null, [ctx.projectId])
+      .map((iss) => bad(`iss ${JSON.stringify(iss)}`)(sign(claims({ iss })))),
     // Control characters (C0, DEL, C1), whitespace and '#' in sub; empty, too long or not a string.
     fc
       .tuple(
-        fc.constantFrom('\u0000', '\u0001', '\u0009', '\u000a', '\u000d', '\u001b', '\u001f', '\u007f', '\u0080', '\u0085', '\u009f', ' ', '\u00a0', '\u2003', '\u3000', '#'),
+        fc.constantFrom(
+          '\u0000',
+          '\u0001',
+          '\u0009',
+          '\u000a',
+          '\u000d',
+          '\u001b',
+          '\u001f',
+          '\u007f',
+          '\u0080',
+          '\u0085',
+          '\u009f',
+          ' ',
+          '\u00a0',
+          '\u2003',
+          '\u3000',
+          '#',
+        ),
         fc.nat(8),
       )
       .map(([ch, at]) => {
         const sub = 'fz-ctl'.slice(0, at) + ch + 'fz-ctl'.slice(at);
         return bad(`sub with ${JSON.stringify(ch)}`)(sign(claims({ sub })));
       }),
-    fc.constantFrom<unknown>(
-      '', 'x'.repeat(129), 'é'.repeat(200), '🙂'.repeat(129), 42, null, ['fz-a'], { id: 'fz-a' }, true,
-      'e\u0301', '\uf900', 'a\u200bb', 'a\u202eb', '\ufeffa', 'a\u00adb', 'a\u200db', 'a\u2060', 'a\ud800', '\udfffa', 'a\u0085', 'a\u1680b',
-    ).map((sub) =>
-      bad(`sub ${JSON.stringify(sub).slice(0, 30)}`)(sign(claims({ sub }))),
-    ),
+    fc
+      .constantFrom<unknown>(
+        '',
+        'x'.repeat(129),
+        'é'.repeat(200),
+        '🙂'.repeat(129),
+        42,
+        null,
+        ['fz-a'],
+        { id: 'fz-a' },
+        true,
+        'e\u0301',
+        '\uf900',
+        'a\u200bb',
+        'a\u202eb',
+        '\ufeffa',
+        'a\u00adb',
+        'a\u200db',
+        'a\u2060',
+        'a\ud800',
+        '\udfffa',
+        'a\u0085',
+        'a\u1680b',
+      )
+      .map((sub) => bad(`sub ${JSON.stringify(sub).slice(0, 30)}`)(sign(claims({ sub })))),
     // Duplicate keys in the payload text: two parsers could read two different callers or budgets from it.
     fc.constantFrom('sub-first', 'sub-same', 'iss', 'exp', 'budget', 'budget.ai', 'escaped-sub').map((kind) => {
       const c = claims();
@@ -248,45 +339,58 @@ export function credentialsArb(ctx: FuzzContext, tokens = tokenArb(ctx)): fc.Arb
     { weight: 1, arbitrary: fc.constant<Credentials>({ headers: {}, why: 'no credentials' }) },
     {
       weight: 4,
-      arbitrary: fc.tuple(tokens, fc.constantFrom('', ' ')).map(([t, pad]): Credentials => ({
-        headers: { 'x-api-key': `${pad}${t.token}${pad}` },
-        proxy: ok(t),
-        why: `x-api-key: ${t.why}`,
-      })),
+      arbitrary: fc.tuple(tokens, fc.constantFrom('', ' ')).map(
+        ([t, pad]): Credentials => ({
+          headers: { 'x-api-key': `${pad}${t.token}${pad}` },
+          proxy: ok(t),
+          why: `x-api-key: ${t.why}`,
+        }),
+      ),
     },
     {
       weight: 4,
-      arbitrary: fc.tuple(tokens, scheme).map(([t, s]): Credentials => ({
-        headers: { authorization: `${s}${t.token}` },
-        proxy: ok(t),
-        usage: ok(t),
-        why: `Authorization ${JSON.stringify(s)}: ${t.why}`,
-      })),
+      arbitrary: fc.tuple(tokens, scheme).map(
+        ([t, s]): Credentials => ({
+          headers: { authorization: `${s}${t.token}` },
+          proxy: ok(t),
+          usage: ok(t),
+          why: `Authorization ${JSON.stringify(s)}: ${t.why}`,
+        }),
+      ),
     },
     {
       weight: 2,
-      arbitrary: fc.tuple(tokens, scheme).map(([t, s]): Credentials => ({
-        headers: { 'x-api-key': t.token, authorization: `${s}${t.token}` },
-        proxy: ok(t),
-        usage: ok(t),
-        why: `the same token in both headers: ${t.why}`,
-      })),
+      arbitrary: fc.tuple(tokens, scheme).map(
+        ([t, s]): Credentials => ({
+          headers: { 'x-api-key': t.token, authorization: `${s}${t.token}` },
+          proxy: ok(t),
+          usage: ok(t),
+          why: `the same token in both headers: ${t.why}`,
+        }),
+      ),
     },
     {
       weight: 2,
       // Two different tokens, even two valid ones: the proxy refuses; /usage reads only the bearer token.
-      arbitrary: fc.tuple(fc.oneof(good as fc.Arbitrary<TokenCase>, tokens), good).filter(([a, b]) => a.token !== b.token).map(([a, b]): Credentials => ({
-        headers: { 'x-api-key': a.token, authorization: `Bearer ${b.token}` },
-        usage: b,
-        why: `x-api-key (${a.why}) and a different Authorization token (${b.why})`,
-      })),
+      arbitrary: fc
+        .tuple(fc.oneof(good as fc.Arbitrary<TokenCase>, tokens), good)
+        .filter(([a, b]) => a.token !== b.token)
+        .map(
+          ([a, b]): Credentials => ({
+            headers: { 'x-api-key': a.token, authorization: `Bearer ${b.token}` },
+            usage: b,
+            why: `x-api-key (${a.why}) and a different Authorization token (${b.why})`,
+          }),
+        ),
     },
     {
       weight: 1,
-      arbitrary: fc.tuple(good, fc.constantFrom('Token ', 'Basic ', 'Bearer', 'Bearer: ', 'JWT ', '')).map(([t, s]): Credentials => ({
-        headers: { authorization: s === 'Bearer' ? 'Bearer' : `${s}${t.token}` },
-        why: `Authorization scheme ${JSON.stringify(s)} (not a bearer token)`,
-      })),
+      arbitrary: fc.tuple(good, fc.constantFrom('Token ', 'Basic ', 'Bearer', 'Bearer: ', 'JWT ', '')).map(
+        ([t, s]): Credentials => ({
+          headers: { authorization: s === 'Bearer' ? 'Bearer' : `${s}${t.token}` },
+          why: `Authorization scheme ${JSON.stringify(s)} (not a bearer token)`,
+        }),
+      ),
     },
   );
 }
@@ -304,7 +408,28 @@ export const methodArb = fc.oneof(
   { weight: 2, arbitrary: fc.constantFrom('PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS') },
   {
     weight: 2,
-    arbitrary: fc.constantFrom('TRACE', 'PROPFIND', 'PROPPATCH', 'MKCOL', 'COPY', 'MOVE', 'LOCK', 'UNLOCK', 'SEARCH', 'REPORT', 'PURGE', 'LINK', 'UNLINK', 'MKCALENDAR', 'SUBSCRIBE', 'NOTIFY', 'ACL', 'BIND', 'CHECKOUT', 'MERGE'),
+    arbitrary: fc.constantFrom(
+      'TRACE',
+      'PROPFIND',
+      'PROPPATCH',
+      'MKCOL',
+      'COPY',
+      'MOVE',
+      'LOCK',
+      'UNLOCK',
+      'SEARCH',
+      'REPORT',
+      'PURGE',
+      'LINK',
+      'UNLINK',
+      'MKCALENDAR',
+      'SUBSCRIBE',
+      'NOTIFY',
+      'ACL',
+      'BIND',
+      'CHECKOUT',
+      'MERGE',
+    ),
   },
 );
 
@@ -321,23 +446,43 @@ export const ROUTE_TEMPLATES = [
   '/incubate/vessel/{id}/cancel',
 ] as const;
 const UNKNOWN_PATHS = [
-  '/', '/v1/', '/v2/messages', '/v1/message', '/v1/messages/batches', '/v1/complete', '/messages', '/prompts', '/incubates', '/incubate/vessel',
-  '/incubate/vessels/x', '/incubate/batches', '/usage/x', '/v1/usage', '/favicon.ico', '/v1/models/a/b', '/%76%31/messages', '/v1/messages/count_tokens/x',
+  '/',
+  '/v1/',
+  '/v2/messages',
+  '/v1/message',
+  '/v1/messages/batches',
+  '/v1/complete',
+  '/messages',
+  '/prompts',
+  '/incubates',
+  '/incubate/vessel',
+  '/incubate/vessels/x',
+  '/incubate/batches',
+  '/usage/x',
+  '/v1/usage',
+  '/favicon.ico',
+  '/v1/models/a/b',
+  '/%76%31/messages',
+  '/v1/messages/count_tokens/x',
 ];
 
 /** Percent-encodings that do not decode: truncated, non-hex, invalid UTF-8, overlong, lone surrogate, bare '%'. */
 export const BAD_PERCENT = ['%FF', '%', '%zz', '%E0%A4', '%C0%AF', '%ED%A0%80', '%8', '%%', '%F4%90%80%80', '%C3'];
 
 const SAFE = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_~';
-const safeSegment = fc
-  .string({ unit: fc.constantFrom(...SAFE.split('')), minLength: 1, maxLength: 12 })
-  .filter((s) => s.toLowerCase() !== 'health');
+const safeSegment = fc.string({ unit: fc.constantFrom(...SAFE.split('')), minLength: 1, maxLength: 12 }).filter((s) => s.toLowerCase() !== 'health');
 
 function idArb(ctx: FuzzContext): fc.Arbitrary<string> {
   return fc.oneof(
     { weight: 4, arbitrary: fc.constantFrom(...ctx.catalog) },
     // A listed id with one of its characters percent-encoded: it names the same model.
-    { weight: 1, arbitrary: fc.tuple(fc.constantFrom(...ctx.catalog), fc.nat()).map(([id, n]) => { const i = n % id.length; return `${id.slice(0, i)}%${id.charCodeAt(i).toString(16).toUpperCase().padStart(2, '0')}${id.slice(i + 1)}`; }) },
+    {
+      weight: 1,
+      arbitrary: fc.tuple(fc.constantFrom(...ctx.catalog), fc.nat()).map(([id, n]) => {
+        const i = n % id.length;
+        return `${id.slice(0, i)}%${id.charCodeAt(i).toString(16).toUpperCase().padStart(2, '0')}${id.slice(i + 1)}`;
+      }),
+    },
     { weight: 2, arbitrary: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 20 }).map(encodeURIComponent) },
     { weight: 2, arbitrary: safeSegment },
     { weight: 2, arbitrary: fc.tuple(safeSegment, fc.constantFrom(...BAD_PERCENT)).map(([s, p]) => `${s}${p}`) },
@@ -353,7 +498,12 @@ function queryArb(ctx: FuzzContext): fc.Arbitrary<string> {
     limitValue.map((v) => `limit=${v}`),
     fc.constantFrom(...ctx.catalog).map((id) => `after_id=${encodeURIComponent(id)}`),
     fc.constantFrom(...ctx.catalog).map((id) => `before_id=${encodeURIComponent(id)}`),
-    fc.tuple(safeSegment.filter((k) => !/^(limit|after_id|before_id)$/.test(k)), safeSegment).map(([k, v]) => `${k}=${v}`),
+    fc
+      .tuple(
+        safeSegment.filter((k) => !/^(limit|after_id|before_id)$/.test(k)),
+        safeSegment,
+      )
+      .map(([k, v]) => `${k}=${v}`),
     fc.constantFrom('%zz', 'a=%FF', 'beta=true', '=', '&', 'a', '%26=%3D', 'x=%E0%A4'),
   );
   return fc.oneof(
@@ -371,7 +521,10 @@ export function pathArb(ctx: FuzzContext, templates: readonly string[] = [...ROU
     .record({
       template: fc.constantFrom(...templates),
       id: idArb(ctx),
-      slashes: fc.array(fc.oneof({ weight: 6, arbitrary: fc.constant(1) }, { weight: 1, arbitrary: fc.integer({ min: 2, max: 3 }) }), { minLength: 6, maxLength: 6 }),
+      slashes: fc.array(fc.oneof({ weight: 6, arbitrary: fc.constant(1) }, { weight: 1, arbitrary: fc.integer({ min: 2, max: 3 }) }), {
+        minLength: 6,
+        maxLength: 6,
+      }),
       upperV: fc.boolean(),
       trailing: fc.oneof({ weight: 4, arbitrary: fc.constant('') }, { weight: 1, arbitrary: fc.constantFrom('/', '//') }),
       mangle: fc.oneof(
@@ -407,7 +560,29 @@ export const hostArb = fc.oneof(
   { weight: 6, arbitrary: fc.constant<string | undefined>(undefined) },
   {
     weight: 3,
-    arbitrary: fc.constantFrom('a b', '[::1', '@', 'evil.example/x', 'evil.example', '', 'localhost:99999', 'x@y', '%zz', '[', ']', '::', '..', 'a\tb', 'ünï.example', 'h/../..', 'h?x=1', 'h#frag', 'user:pass@h', 'h:80:80', 'a'.repeat(2000)),
+    arbitrary: fc.constantFrom(
+      'a b',
+      '[::1',
+      '@',
+      'evil.example/x',
+      'evil.example',
+      '',
+      'localhost:99999',
+      'x@y',
+      '%zz',
+      '[',
+      ']',
+      '::',
+      '..',
+      'a\tb',
+      'ünï.example',
+      'h/../..',
+      'h?x=1',
+      'h#frag',
+      'user:pass@h',
+      'h:80:80',
+      'a'.repeat(2000),
+    ),
   },
   { weight: 1, arbitrary: fc.stringMatching(/^[\x21-\x7e]{0,40}$/) },
 );
@@ -438,9 +613,18 @@ const imageBlock = fc.record({
   source: fc.record({ type: fc.constant('base64'), media_type: fc.constantFrom('image/png', 'image/jpeg'), data: fc.base64String({ maxLength: 40 }) }),
 });
 const weirdBlock = fc
-  .tuple(fc.string({ maxLength: 12 }).filter((t) => t !== 'text'), fc.dictionary(fc.string({ maxLength: 6 }).filter((k) => k !== 'type'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }))
+  .tuple(
+    fc.string({ maxLength: 12 }).filter((t) => t !== 'text'),
+    fc.dictionary(
+      fc.string({ maxLength: 6 }).filter((k) => k !== 'type'),
+      fc.jsonValue({ maxDepth: 2 }),
+      { maxKeys: 3 },
+    ),
+  )
   .map(([type, rest]) => ({ ...rest, type }));
-const blocks = fc.array(fc.oneof({ weight: 4, arbitrary: textBlock }, { weight: 1, arbitrary: imageBlock }, { weight: 1, arbitrary: weirdBlock }), { maxLength: 3 });
+const blocks = fc.array(fc.oneof({ weight: 4, arbitrary: textBlock }, { weight: 1, arbitrary: imageBlock }, { weight: 1, arbitrary: weirdBlock }), {
+  maxLength: 3,
+});
 
 const roleArb = fc.oneof(
   { weight: 10, arbitrary: fc.constantFrom('user', 'assistant') },
@@ -492,7 +676,19 @@ const wrongValue = fc.oneof(
 /** Raw JSON number texts for max_tokens; the ceiling and its neighbour are added per run (they depend on the gateway). */
 const maxTokensText = (ceiling: number | undefined) =>
   fc.constantFrom(
-    '0', '-1', '1.5', '-0', '1e308', '9007199254740993', '1e21', '5.0', '1e2', '1E3', '0.1e1', '2e-1', '100000000000000000000000',
+    '0',
+    '-1',
+    '1.5',
+    '-0',
+    '1e308',
+    '9007199254740993',
+    '1e21',
+    '5.0',
+    '1e2',
+    '1E3',
+    '0.1e1',
+    '2e-1',
+    '100000000000000000000000',
     ...(ceiling ? [String(ceiling), String(ceiling + 1), `${ceiling}.0`] : []),
   );
 
@@ -502,7 +698,10 @@ export interface BodyCase {
   why: string;
 }
 
-const asCase = (why: string, text: string | Buffer): Omit<BodyCase, 'contentType'> => ({ why, bytes: Buffer.isBuffer(text) ? text : Buffer.from(text, 'utf8') });
+const asCase = (why: string, text: string | Buffer): Omit<BodyCase, 'contentType'> => ({
+  why,
+  bytes: Buffer.isBuffer(text) ? text : Buffer.from(text, 'utf8'),
+});
 
 /** Nesting `depth` levels deep (arrays, objects or both), as JSON text. */
 export function nested(depth: number, kind: 'array' | 'object' | 'mixed'): string {
@@ -532,12 +731,28 @@ export function bodyArb(ctx: FuzzContext): fc.Arbitrary<BodyCase> {
         delete b[k];
         return asCase(`without ${k}`, JSON.stringify(b));
       }),
-      fc.tuple(fc.constantFrom('model', 'max_tokens', 'messages', 'system', 'stream'), wrongValue).map(([k, v]) =>
-        asCase(`${k} = ${String(JSON.stringify(v)).slice(0, 40)}`, JSON.stringify({ ...body, [k]: v })),
-      ),
-      maxTokensText(ctx.limits.maxTokensCeiling).map((num) => asCase(`max_tokens as ${num}`, JSON.stringify({ ...body, max_tokens: 0 }).replace('"max_tokens":0', `"max_tokens":${num}`))),
       fc
-        .constantFrom<unknown>(null, 'hello', 42, [], [{ role: 'user', content: 'x' }], { content: 'x' }, { role: 'user' }, { role: 5, content: 'x' }, { role: 'user', content: 5 }, { role: 'user', content: [{}] }, { role: 'user', content: [{ type: 5 }] }, { role: 'user', content: ['x'] }, { role: 'user', content: null })
+        .tuple(fc.constantFrom('model', 'max_tokens', 'messages', 'system', 'stream'), wrongValue)
+        .map(([k, v]) => asCase(`${k} = ${String(JSON.stringify(v)).slice(0, 40)}`, JSON.stringify({ ...body, [k]: v }))),
+      maxTokensText(ctx.limits.maxTokensCeiling).map((num) =>
+        asCase(`max_tokens as ${num}`, JSON.stringify({ ...body, max_tokens: 0 }).replace('"max_tokens":0', `"max_tokens":${num}`)),
+      ),
+      fc
+        .constantFrom<unknown>(
+          null,
+          'hello',
+          42,
+          [],
+          [{ role: 'user', content: 'x' }],
+          { content: 'x' },
+          { role: 'user' },
+          { role: 5, content: 'x' },
+          { role: 'user', content: 5 },
+          { role: 'user', content: [{}] },
+          { role: 'user', content: [{ type: 5 }] },
+          { role: 'user', content: ['x'] },
+          { role: 'user', content: null },
+        )
         .map((m) => {
           const copy = [...msgs];
           copy[i] = m;
@@ -545,7 +760,11 @@ export function bodyArb(ctx: FuzzContext): fc.Arbitrary<BodyCase> {
         }),
       fc
         .tuple(
-          fc.oneof({ weight: 2, arbitrary: fc.integer({ min: 1, max: Math.max(1, maxDepth - 3) }) }, { weight: 2, arbitrary: fc.integer({ min: maxDepth + 1, max: maxDepth + 50 }) }, { weight: 1, arbitrary: fc.integer({ min: 1000, max: 60_000 }) }),
+          fc.oneof(
+            { weight: 2, arbitrary: fc.integer({ min: 1, max: Math.max(1, maxDepth - 3) }) },
+            { weight: 2, arbitrary: fc.integer({ min: maxDepth + 1, max: maxDepth + 50 }) },
+            { weight: 1, arbitrary: fc.integer({ min: 1000, max: 60_000 }) },
+          ),
           fc.constantFrom('array', 'object', 'mixed') as fc.Arbitrary<'array' | 'object' | 'mixed'>,
           fc.constantFrom('top', 'block'),
         )
@@ -554,17 +773,40 @@ export function bodyArb(ctx: FuzzContext): fc.Arbitrary<BodyCase> {
           if (where === 'top') return asCase(`extra field nested ${depth} deep (${kind})`, `${text.slice(0, -1)},"x_deep":${deep}}`);
           // Inside the first message, as a passthrough field of a content block.
           const first = { ...(msgs[0] as object), content: [{ type: 'text', text: 'hi', x_deep: '__DEEP__' }] };
-          return asCase(`content block field nested ${depth} deep (${kind})`, JSON.stringify({ ...body, messages: [first, ...msgs.slice(1)] }).replace('"__DEEP__"', deep));
+          return asCase(
+            `content block field nested ${depth} deep (${kind})`,
+            JSON.stringify({ ...body, messages: [first, ...msgs.slice(1)] }).replace('"__DEEP__"', deep),
+          );
         }),
       fc
         .oneof(
-          fc.constantFrom('', ' ', '\n', 'null', '[]', '42', '"text"', 'true', '{', '{"model":', '}', '{}', '[{}]', 'NaN', '{"model":"claude-sonnet-4-6",}', "{'model':'x'}", '\u0000'),
+          fc.constantFrom(
+            '',
+            ' ',
+            '\n',
+            'null',
+            '[]',
+            '42',
+            '"text"',
+            'true',
+            '{',
+            '{"model":',
+            '}',
+            '{}',
+            '[{}]',
+            'NaN',
+            '{"model":"claude-sonnet-4-6",}',
+            "{'model':'x'}",
+            '\u0000',
+          ),
           fc.string({ unit: 'binary', maxLength: 40 }),
           fc.nat({ max: Math.max(1, text.length - 1) }).map((k) => text.slice(0, k)),
         )
         .map((t) => asCase(`body ${JSON.stringify(t).slice(0, 40)}`, t)),
       // Duplicate keys: JSON.parse keeps the last, the bytes still carry both.
-      fc.constantFrom('"model":"claude-sonnet-4-6"', '"model":5', '"max_tokens":-1', '"stream":"yes"', '"messages":null').map((dup) => asCase(`duplicate key ${dup} first`, `{${dup},${text.slice(1)}`)),
+      fc
+        .constantFrom('"model":"claude-sonnet-4-6"', '"model":5', '"max_tokens":-1', '"stream":"yes"', '"messages":null')
+        .map((dup) => asCase(`duplicate key ${dup} first`, `{${dup},${text.slice(1)}`)),
       // Invalid UTF-8 inside a string value, and a byte-order mark before the JSON.
       fc.constantFrom(Buffer.from([0xff]), Buffer.from([0xc3]), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from([0xe0, 0x80])).map((junk) => {
         const marker = JSON.stringify({ ...body, messages: [{ role: 'user', content: '__JUNK__' }] });
@@ -580,7 +822,18 @@ export function bodyArb(ctx: FuzzContext): fc.Arbitrary<BodyCase> {
       fc.oneof({ weight: 1, arbitrary: validBodyArb.map((b) => asCase('valid body', JSON.stringify(b))) }, { weight: 1, arbitrary: mutated }),
       fc.oneof(
         { weight: 6, arbitrary: fc.constant<string | undefined>('application/json') },
-        { weight: 2, arbitrary: fc.constantFrom<string | undefined>(undefined, 'application/json; charset=utf-8', 'text/plain', 'application/octet-stream', 'multipart/form-data; boundary=x', 'application/x-www-form-urlencoded', 'image/png') },
+        {
+          weight: 2,
+          arbitrary: fc.constantFrom<string | undefined>(
+            undefined,
+            'application/json; charset=utf-8',
+            'text/plain',
+            'application/octet-stream',
+            'multipart/form-data; boundary=x',
+            'application/x-www-form-urlencoded',
+            'image/png',
+          ),
+        },
       ),
     )
     .map(([c, contentType]) => ({ ...c, contentType }));

@@ -21,7 +21,15 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
-import { conjureEnvelopeProblem, headerBytes, NODE_MAX_HEADER_BYTES, parserAnswerProblems, proxyEnvelopeProblem, responseProblems, sseEvents } from '../support/envelope.ts';
+import {
+  conjureEnvelopeProblem,
+  headerBytes,
+  NODE_MAX_HEADER_BYTES,
+  parserAnswerProblems,
+  proxyEnvelopeProblem,
+  responseProblems,
+  sseEvents,
+} from '../support/envelope.ts';
 import { checkProperty, FUZZ_SCALE, FUZZ_SEED, fuzzTimeout, runs } from '../support/fuzz.ts';
 import { CUSTOM_PRICES, expectFor, isPriced, type Expectation, type FuzzRequestSpec } from '../support/fuzz-oracle.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -208,14 +216,18 @@ async function ledgerProblems(exp: Expectation, res: RawResponse): Promise<strin
   await gw.invocationsDone();
   const usage = await readUsage({ projectId: ctx.projectId, userId: caller.sub, budget: caller.budget });
   const problems: string[] = [];
-  if (usage.openHolds !== 0 || usage.reserved.ai !== 0) problems.push(`a hold is left for ${caller.sub}: openHolds ${usage.openHolds}, reserved ${usage.reserved.ai} µ$`);
+  if (usage.openHolds !== 0 || usage.reserved.ai !== 0)
+    problems.push(`a hold is left for ${caller.sub}: openHolds ${usage.openHolds}, reserved ${usage.reserved.ai} µ$`);
   const before = charged.get(caller.sub) ?? 0;
   const charge = expectedCharge(res, exp);
-  if (Number.isNaN(charge)) problems.push(`x-gateway-cost-microdollars ${res.headers['x-gateway-cost-microdollars']} is not input × rate + output × rate of the usage in the answer`);
+  if (Number.isNaN(charge))
+    problems.push(`x-gateway-cost-microdollars ${res.headers['x-gateway-cost-microdollars']} is not input × rate + output × rate of the usage in the answer`);
   else if (charge === undefined) {
     if (usage.used.ai < before) problems.push(`used went down: ${before} → ${usage.used.ai}`);
   } else if (usage.used.ai !== before + charge) {
-    problems.push(`ledger used ${usage.used.ai} µ$ for ${caller.sub}, expected ${before} + ${charge} (${res.status === 200 ? 'the answer’s price' : 'a refusal costs nothing'})`);
+    problems.push(
+      `ledger used ${usage.used.ai} µ$ for ${caller.sub}, expected ${before} + ${charge} (${res.status === 200 ? 'the answer’s price' : 'a refusal costs nothing'})`,
+    );
   }
   charged.set(caller.sub, usage.used.ai);
   return problems;
@@ -228,8 +240,14 @@ async function ledgerProblems(exp: Expectation, res: RawResponse): Promise<strin
 /** Credentials mostly valid, so most generated bodies get past authentication and reach validation or the upstream. */
 const mostlyGood = (): fc.Arbitrary<Credentials> =>
   fc.oneof(
-    { weight: 4, arbitrary: goodTokenArb(ctx).map((t): Credentials => ({ headers: { 'x-api-key': t.token }, proxy: t, usage: undefined, why: `x-api-key: ${t.why}` })) },
-    { weight: 3, arbitrary: goodTokenArb(ctx).map((t): Credentials => ({ headers: { authorization: `Bearer ${t.token}` }, proxy: t, usage: t, why: `Bearer: ${t.why}` })) },
+    {
+      weight: 4,
+      arbitrary: goodTokenArb(ctx).map((t): Credentials => ({ headers: { 'x-api-key': t.token }, proxy: t, usage: undefined, why: `x-api-key: ${t.why}` })),
+    },
+    {
+      weight: 3,
+      arbitrary: goodTokenArb(ctx).map((t): Credentials => ({ headers: { authorization: `Bearer ${t.token}` }, proxy: t, usage: t, why: `Bearer: ${t.why}` })),
+    },
     { weight: 1, arbitrary: credentialsArb(ctx) },
   );
 
@@ -274,9 +292,14 @@ describe('proxy fuzz', () => {
     async () => {
       await checkProperty(
         'count_tokens: generated and mutated bodies',
-        fc.asyncProperty(fc.constantFrom('/v1/messages/count_tokens', '//v1/messages/count_tokens', '/V1/messages/count_tokens/'), mostlyGood(), bodyArb(ctx), async (path, creds, body) => {
-          await exercise({ method: 'POST', path, creds, body: body.bytes, contentType: body.contentType, why: body.why });
-        }),
+        fc.asyncProperty(
+          fc.constantFrom('/v1/messages/count_tokens', '//v1/messages/count_tokens', '/V1/messages/count_tokens/'),
+          mostlyGood(),
+          bodyArb(ctx),
+          async (path, creds, body) => {
+            await exercise({ method: 'POST', path, creds, body: body.bytes, contentType: body.contentType, why: body.why });
+          },
+        ),
         runs(250),
       );
     },
@@ -289,10 +312,26 @@ describe('proxy fuzz', () => {
       const tokens = tokenArb(ctx);
       await checkProperty(
         'tokens: every malformed token is a 401 in the proxy envelope',
-        fc.asyncProperty(fc.constantFrom('GET /v1/models?limit=2', 'GET /v1/models?limit=2', 'POST /v1/messages', 'POST /v1/messages/count_tokens', 'GET /v1/models/claude-sonnet-4-6'), credentialsArb(ctx, tokens), async (route, creds) => {
-          const [method, path] = route.split(' ') as [string, string];
-          await exercise({ method, path, creds, body: method === 'POST' ? Buffer.from(smallBody('hi', 'claude-sonnet-4-6', 4)) : undefined, contentType: 'application/json' });
-        }),
+        fc.asyncProperty(
+          fc.constantFrom(
+            'GET /v1/models?limit=2',
+            'GET /v1/models?limit=2',
+            'POST /v1/messages',
+            'POST /v1/messages/count_tokens',
+            'GET /v1/models/claude-sonnet-4-6',
+          ),
+          credentialsArb(ctx, tokens),
+          async (route, creds) => {
+            const [method, path] = route.split(' ') as [string, string];
+            await exercise({
+              method,
+              path,
+              creds,
+              body: method === 'POST' ? Buffer.from(smallBody('hi', 'claude-sonnet-4-6', 4)) : undefined,
+              contentType: 'application/json',
+            });
+          },
+        ),
         runs(400),
       );
     },
@@ -366,7 +405,12 @@ describe('proxy limits and edge cases', () => {
     for (let i = 1; i <= 8; i++) {
       const own = rawClient(gw.url);
       try {
-        const big = await own.send({ method: 'POST', path: '/v1/messages', headers: { 'x-api-key': direct.token }, body: paddedBody(ctx.limits.maxBodyBytes + 1) });
+        const big = await own.send({
+          method: 'POST',
+          path: '/v1/messages',
+          headers: { 'x-api-key': direct.token },
+          body: paddedBody(ctx.limits.maxBodyBytes + 1),
+        });
         expect(big.status).toBe(413);
         const next = await own.send({ method: 'GET', path: '/v1/models?limit=1', headers: { 'x-api-key': direct.token } }).catch((err: Error) => err);
         expect(next instanceof Error ? `${next.message} (the 413 said connection: ${big.headers.connection})` : next.status, `try ${i}`).toBe(200);
@@ -379,7 +423,8 @@ describe('proxy limits and edge cases', () => {
   it(`JSON nested to the depth limit is served; one level deeper is 400; 100,000 levels is 400`, async () => {
     const max = ctx.limits.maxJsonDepth;
     // The body object itself is level 1, so the extra field nests max - 1 levels.
-    const at = (depth: number) => `{"model":"claude-sonnet-4-6","max_tokens":8,"messages":[{"role":"user","content":"deep"}],"x_deep":${nested(depth - 1, 'array')}}`;
+    const at = (depth: number) =>
+      `{"model":"claude-sonnet-4-6","max_tokens":8,"messages":[{"role":"user","content":"deep"}],"x_deep":${nested(depth - 1, 'array')}}`;
     await post('/v1/messages', at(max));
     await post('/v1/messages', at(max + 1));
     await post('/v1/messages', at(100_000));
@@ -436,7 +481,12 @@ describe('proxy limits and edge cases', () => {
 
   it('x-api-key and Authorization carrying different tokens is 401', async () => {
     const other = fc.sample(goodTokenArb(ctx, fc.constant(BIG_BUDGET), fc.constant('fz-other')), { numRuns: 1, seed: FUZZ_SEED })[0]!;
-    const res = await client.send({ method: 'POST', path: '/v1/messages', headers: { 'x-api-key': direct.token, authorization: `Bearer ${other.token}` }, body: smallBody() });
+    const res = await client.send({
+      method: 'POST',
+      path: '/v1/messages',
+      headers: { 'x-api-key': direct.token, authorization: `Bearer ${other.token}` },
+      body: smallBody(),
+    });
     expect(res.status).toBe(401);
     expect(responseProblems(res, 'proxy', 'POST')).toEqual([]);
   });
@@ -453,9 +503,19 @@ describe('proxy limits and edge cases', () => {
     { name: 'CONNECT', request: 'CONNECT /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', status: 405, app: 'proxy' },
     { name: 'TRACE', request: 'TRACE /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', status: 405, app: 'proxy' },
     // The Host header, and the authority of an absolute-form target, never affect routing.
-    { name: 'an absolute-form target naming another host', request: 'GET http://evil.example/v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', status: 401, app: 'proxy' },
+    {
+      name: 'an absolute-form target naming another host',
+      request: 'GET http://evil.example/v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+      status: 401,
+      app: 'proxy',
+    },
     { name: 'HTTP/1.0 without Host', request: 'GET /v1/models HTTP/1.0\r\n\r\n', status: 401, app: 'proxy' },
-    { name: 'duplicate x-api-key headers', request: 'GET /v1/models HTTP/1.1\r\nHost: x\r\nx-api-key: a\r\nx-api-key: b\r\nConnection: close\r\n\r\n', status: 401, app: 'proxy' },
+    {
+      name: 'duplicate x-api-key headers',
+      request: 'GET /v1/models HTTP/1.1\r\nHost: x\r\nx-api-key: a\r\nx-api-key: b\r\nConnection: close\r\n\r\n',
+      status: 401,
+      app: 'proxy',
+    },
     { name: 'an asterisk target', request: 'GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', status: 404, app: 'conjure' },
   ];
   for (const c of RAW) {
@@ -480,7 +540,13 @@ describe('proxy limits and edge cases', () => {
     const samples = fc.sample(badTokenArb(ctx), { numRuns: 100, seed: FUZZ_SEED });
     for (const t of samples) {
       for (const headers of [{ 'x-api-key': t.token }, { authorization: `Bearer ${t.token}` }] as Record<string, string>[]) {
-        await exercise({ method: 'POST', path: '/v1/messages', creds: { headers, why: t.why }, body: Buffer.from(smallBody()), contentType: 'application/json' });
+        await exercise({
+          method: 'POST',
+          path: '/v1/messages',
+          creds: { headers, why: t.why },
+          body: Buffer.from(smallBody()),
+          contentType: 'application/json',
+        });
       }
     }
   }, 60_000);

@@ -98,10 +98,13 @@ function secondsToWindowEnd(window: Window, at: number): number | undefined {
   const start = Date.parse(windowStartOf(window, at));
   const d = new Date(start);
   const end =
-    window === 'hour' ? start + 3_600_000
-    : window === 'day' ? start + 86_400_000
-    : window === 'week' ? start + 7 * 86_400_000
-    : Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+    window === 'hour'
+      ? start + 3_600_000
+      : window === 'day'
+        ? start + 86_400_000
+        : window === 'week'
+          ? start + 7 * 86_400_000
+          : Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
   return (end - at) / 1000;
 }
 
@@ -133,12 +136,15 @@ function usageBodyProblems(res: RawResponse, caller: GoodToken, sentAt: number, 
   for (const [k, v] of Object.entries(expected)) {
     // Each listed field exactly; a meter may carry more (the AI meter's `overrun`, which nothing here can cause).
     const got = body[k];
-    const shown = typeof v === 'object' && got && typeof got === 'object' ? Object.fromEntries(Object.keys(v).map((f) => [f, (got as Record<string, unknown>)[f]])) : got;
+    const shown =
+      typeof v === 'object' && got && typeof got === 'object' ? Object.fromEntries(Object.keys(v).map((f) => [f, (got as Record<string, unknown>)[f]])) : got;
     if (JSON.stringify(shown) !== JSON.stringify(v)) problems.push(`/usage ${k} is ${JSON.stringify(got)}, expected ${JSON.stringify(v)}`);
   }
   const overrun = (body.ai as { overrun?: unknown } | undefined)?.overrun;
-  if (overrun !== undefined && overrun !== 0) problems.push(`/usage ai.overrun is ${JSON.stringify(overrun)}; the simulated upstream never exceeds a reservation`);
-  if (!starts.has(body.window_start as string)) problems.push(`/usage window_start is ${JSON.stringify(body.window_start)}, expected ${[...starts].join(' or ')}`);
+  if (overrun !== undefined && overrun !== 0)
+    problems.push(`/usage ai.overrun is ${JSON.stringify(overrun)}; the simulated upstream never exceeds a reservation`);
+  if (!starts.has(body.window_start as string))
+    problems.push(`/usage window_start is ${JSON.stringify(body.window_start)}, expected ${[...starts].join(' or ')}`);
   return problems;
 }
 
@@ -214,7 +220,9 @@ describe('usage fuzz', () => {
             compute: fc.constantFrom(0, 1, 3600),
             window: fc.constantFrom(...WINDOWS),
           }),
-          fc.array(fc.record({ text: prompt, maxTokens: fc.integer({ min: 1, max: 300 }), header: fc.constantFrom('x-api-key', 'authorization') }), { maxLength: 3 }),
+          fc.array(fc.record({ text: prompt, maxTokens: fc.integer({ min: 1, max: 300 }), header: fc.constantFrom('x-api-key', 'authorization') }), {
+            maxLength: 3,
+          }),
           fc.constantFrom('/usage', '//usage', '/usage/', '/usage?x=%FF', '///usage//'),
           hostArb,
           async (budget, calls, usagePath, host) => {
@@ -226,7 +234,12 @@ describe('usage fuzz', () => {
               const usedBefore = spent.get(spentKey(token, windowStart)) ?? 0;
               const request = { model: 'claude-sonnet-4-6', max_tokens: call.maxTokens, messages: [{ role: 'user', content: call.text }] };
               const headers: Record<string, string> = call.header === 'x-api-key' ? { 'x-api-key': token.token } : { authorization: `Bearer ${token.token}` };
-              const raw: RawRequest = { method: 'POST', path: '/v1/messages', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(request) };
+              const raw: RawRequest = {
+                method: 'POST',
+                path: '/v1/messages',
+                headers: { ...headers, 'content-type': 'application/json' },
+                body: JSON.stringify(request),
+              };
               const context = () => `\n  budget ${JSON.stringify(budget)}, used before ${usedBefore}\n  repro: ${curlFor(gw.url, raw)}`;
               const res = await send(raw, context);
               // Its settlement is written after the answer: the next request (and the figures) come once it returned.
@@ -238,18 +251,24 @@ describe('usage fuzz', () => {
               // business); what is checked exactly is everything around it: spent → 429, the price, the hard cap,
               // the lowered max_tokens, and the refusal's retry headers.
               if (usedBefore >= budget.ai && res.status !== 429) problems.push(`status ${res.status}, expected 429 (used ${usedBefore} ≥ budget ${budget.ai})`);
-              else if (floor === undefined && usedBefore < budget.ai && res.status !== 200) problems.push(`status ${res.status}, expected 200 (no hard cap; used ${usedBefore} < budget ${budget.ai})`);
+              else if (floor === undefined && usedBefore < budget.ai && res.status !== 200)
+                problems.push(`status ${res.status}, expected 200 (no hard cap; used ${usedBefore} < budget ${budget.ai})`);
               else if (res.status === 200) {
                 const usage = (JSON.parse(res.text) as { usage: { input_tokens: number; output_tokens: number } }).usage;
                 const cost = usage.input_tokens * 3 + usage.output_tokens * 15;
-                if (res.headers['x-gateway-cost-microdollars'] !== String(cost)) problems.push(`cost header ${res.headers['x-gateway-cost-microdollars']}, expected ${cost}`);
+                if (res.headers['x-gateway-cost-microdollars'] !== String(cost))
+                  problems.push(`cost header ${res.headers['x-gateway-cost-microdollars']}, expected ${cost}`);
                 const clampHeader = res.headers['x-gateway-max-tokens'];
                 const admitted = clampHeader === undefined ? call.maxTokens : Number(clampHeader);
-                if (clampHeader !== undefined && !(Number.isInteger(admitted) && admitted < call.maxTokens && admitted >= Math.min(floor ?? 1, call.maxTokens))) {
+                if (
+                  clampHeader !== undefined &&
+                  !(Number.isInteger(admitted) && admitted < call.maxTokens && admitted >= Math.min(floor ?? 1, call.maxTokens))
+                ) {
                   problems.push(`x-gateway-max-tokens ${clampHeader} for a request of max_tokens ${call.maxTokens} (floor ${floor})`);
                 }
                 if (usage.output_tokens > admitted) problems.push(`${usage.output_tokens} output tokens, more than the admitted max_tokens ${admitted}`);
-                if (floor !== undefined && usedBefore + cost > budget.ai) problems.push(`spend ${usedBefore + cost} exceeds the budget ${budget.ai} (hard cap)`);
+                if (floor !== undefined && usedBefore + cost > budget.ai)
+                  problems.push(`spend ${usedBefore + cost} exceeds the budget ${budget.ai} (hard cap)`);
                 spent.set(spentKey(token, windowStart), usedBefore + cost);
               } else if (res.status !== 429) problems.push(`status ${res.status}, expected 200 or 429`);
               else {
@@ -265,7 +284,12 @@ describe('usage fuzz', () => {
               }
               if (problems.length) throw new Error(`${problems.join('\n')}\n  answer: ${res.status} ${res.text.slice(0, 400)}${context()}`);
             }
-            await exerciseUsage({ method: 'GET', path: usagePath, host, creds: { headers: { authorization: `Bearer ${token.token}` }, proxy: token, usage: token, why: token.why } });
+            await exerciseUsage({
+              method: 'GET',
+              path: usagePath,
+              host,
+              creds: { headers: { authorization: `Bearer ${token.token}` }, proxy: token, usage: token, why: token.why },
+            });
           },
         ),
         runs(150),

@@ -131,7 +131,12 @@ function frameProblem(data: string | Buffer, binary: boolean): { frame?: Frame; 
       if (f.message !== undefined && !str('message')) return bad('an error whose message is not a string');
       break;
     case 'session':
-      if (!str('sessionId') || typeof f.resumed !== 'boolean' || !['idle', 'running', 'awaiting_tools'].includes(f.state as string) || !Number.isInteger(f.messages)) {
+      if (
+        !str('sessionId') ||
+        typeof f.resumed !== 'boolean' ||
+        !['idle', 'running', 'awaiting_tools'].includes(f.state as string) ||
+        !Number.isInteger(f.messages)
+      ) {
         return bad('a session frame out of shape');
       }
       break;
@@ -139,13 +144,21 @@ function frameProblem(data: string | Buffer, binary: boolean): { frame?: Frame; 
       if (f.subtype !== 'text' || !str('text')) return bad('an assistant frame out of shape');
       break;
     case 'tool_use':
-      if (!['client', 'http', 'mcp'].includes(f.subtype as string) || !str('id') || !str('name') || typeof f.input !== 'object' || f.input === null) return bad('a tool_use frame out of shape');
+      if (!['client', 'http', 'mcp'].includes(f.subtype as string) || !str('id') || !str('name') || typeof f.input !== 'object' || f.input === null)
+        return bad('a tool_use frame out of shape');
       break;
     case 'tool_result':
-      if (!['http', 'mcp'].includes(f.subtype as string) || !str('tool_use_id') || !str('name') || typeof f.is_error !== 'boolean') return bad('a tool_result frame out of shape');
+      if (!['http', 'mcp'].includes(f.subtype as string) || !str('tool_use_id') || !str('name') || typeof f.is_error !== 'boolean')
+        return bad('a tool_result frame out of shape');
       break;
     case 'result':
-      if (!str('subtype') || typeof f.is_error !== 'boolean' || !str('sessionId') || !Number.isSafeInteger(f.total_cost_microdollars) || (f.total_cost_microdollars as number) < 0) {
+      if (
+        !str('subtype') ||
+        typeof f.is_error !== 'boolean' ||
+        !str('sessionId') ||
+        !Number.isSafeInteger(f.total_cost_microdollars) ||
+        (f.total_cost_microdollars as number) < 0
+      ) {
         return bad('a result frame out of shape');
       }
       break;
@@ -300,7 +313,9 @@ async function settled(userId: string, timeoutMs = 20_000, stableMs = 250): Prom
     }
     calmSince = undefined;
     if (Date.now() > deadline) {
-      throw new Error(`sessions stuck after ${timeoutMs} ms: ${busy.map((s) => `${s.sessionId} ${s.state} (turn ${s.turn?.id}, stop ${s.turn?.stop ?? 'none'})`).join('; ')}`);
+      throw new Error(
+        `sessions stuck after ${timeoutMs} ms: ${busy.map((s) => `${s.sessionId} ${s.state} (turn ${s.turn?.id}, stop ${s.turn?.stop ?? 'none'})`).join('; ')}`,
+      );
     }
     await sleep(100);
   }
@@ -337,7 +352,11 @@ async function healthProblem(): Promise<string | undefined> {
 // ---------------------------------------------------------------------------------------------------------------
 
 const CLIENT_TOOLS = {
-  read_note: { name: 'read_note', description: "Read one of the user's notes by its title", input_schema: { type: 'object', properties: { title: { type: 'string' } }, required: ['title'] } },
+  read_note: {
+    name: 'read_note',
+    description: "Read one of the user's notes by its title",
+    input_schema: { type: 'object', properties: { title: { type: 'string' } }, required: ['title'] },
+  },
   device_time: { name: 'device_time', description: 'The time on the device', input_schema: { type: 'object', properties: { zone: { type: 'string' } } } },
 };
 /** An HTTP tool nobody listens for: the gateway runs it, it fails, the model reads the failure. */
@@ -422,7 +441,12 @@ const messageArb: fc.Arbitrary<string> = fc.oneof(
           fc.oneof(
             { weight: 3, arbitrary: fc.integer({ min: 0, max: 30 }).map((n) => `[[words:${n}]]`) },
             { weight: 3, arbitrary: fc.integer({ min: 0, max: 15 }).map((ms) => `[[delay:${ms}]]`) },
-            { weight: 3, arbitrary: fc.string({ unit: fc.constantFrom('a', 'b', 'é', ' ', '中', '😀'), maxLength: 12 }).map((title) => `[[tool:read_note ${JSON.stringify({ title })}]]`) },
+            {
+              weight: 3,
+              arbitrary: fc
+                .string({ unit: fc.constantFrom('a', 'b', 'é', ' ', '中', '😀'), maxLength: 12 })
+                .map((title) => `[[tool:read_note ${JSON.stringify({ title })}]]`),
+            },
             { weight: 2, arbitrary: fc.constant('[[tool:device_time {"zone":"CET"}]]') },
             { weight: 1, arbitrary: fc.constant('[[tool:dead_http {}]]') },
             { weight: 1, arbitrary: fc.constant('[[tool:undeclared_tool {"x":1}]]') },
@@ -434,7 +458,12 @@ const messageArb: fc.Arbitrary<string> = fc.oneof(
       .map(([text, directives]) => [text, ...directives].join(' ').trim() || 'hi'),
   },
   // Big but under the 128 KiB frame (a repeated unit, so a few of them fit in a session's 300 KB conversation).
-  { weight: 1, arbitrary: fc.tuple(fc.constantFrom('a', 'é', '😀', 'ab c', '\u0000', '"', '\\', '中文'), fc.integer({ min: 1000, max: 100_000 })).map(([unit, bytes]) => unit.repeat(Math.max(1, Math.floor(bytes / Buffer.byteLength(JSON.stringify(unit)))))) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(fc.constantFrom('a', 'é', '😀', 'ab c', '\u0000', '"', '\\', '中文'), fc.integer({ min: 1000, max: 100_000 }))
+      .map(([unit, bytes]) => unit.repeat(Math.max(1, Math.floor(bytes / Buffer.byteLength(JSON.stringify(unit)))))),
+  },
   { weight: 1, arbitrary: fc.string({ unit: 'binary', minLength: 1, maxLength: 3000 }).filter(noDirective) },
 );
 
@@ -451,7 +480,10 @@ const contentArb: fc.Arbitrary<unknown> = fc.oneof(
       [{ type: 'text' }],
       [{ type: 'bogus', x: 1 }],
       [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: '!!not base64!!' } }],
-      [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }],
+      [
+        { type: 'text', text: 'a' },
+        { type: 'text', text: 'b' },
+      ],
       [{ type: 'tool_result', tool_use_id: 'nested', content: 'x' }],
     ),
   },
@@ -464,7 +496,15 @@ const MAX_FRAME = 128 * 1024;
 type IdRef = { ref: 'pending'; index: number } | { ref: 'seen'; index: number } | { ref: 'literal'; id: string };
 
 type Step =
-  | { kind: 'start'; session: 'new' | 'seen' | 'foreign' | 'unknown' | 'literal'; index: number; literal: string; options: unknown; hasOptions: boolean; wait: boolean }
+  | {
+      kind: 'start';
+      session: 'new' | 'seen' | 'foreign' | 'unknown' | 'literal';
+      index: number;
+      literal: string;
+      options: unknown;
+      hasOptions: boolean;
+      wait: boolean;
+    }
   | { kind: 'user'; message: string; wait: 'none' | 'first' | 'end' }
   | { kind: 'tool_result'; id: IdRef; content: unknown; isError: unknown; wait: boolean }
   | { kind: 'interrupt'; wait: boolean }
@@ -473,7 +513,9 @@ type Step =
 
 const startStep: fc.Arbitrary<Step> = fc.record({
   kind: fc.constant('start' as const),
-  session: fc.constantFrom('new', 'new', 'new', 'seen', 'seen', 'foreign', 'unknown', 'literal') as fc.Arbitrary<'new' | 'seen' | 'foreign' | 'unknown' | 'literal'>,
+  session: fc.constantFrom('new', 'new', 'new', 'seen', 'seen', 'foreign', 'unknown', 'literal') as fc.Arbitrary<
+    'new' | 'seen' | 'foreign' | 'unknown' | 'literal'
+  >,
   index: fc.nat(5),
   literal: fc.oneof(fc.constant(''), fc.constant('x'.repeat(129)), userText(20), fc.constant('session#../x')),
   options: fc.oneof({ weight: 3, arbitrary: validOptionsArb }, { weight: 1, arbitrary: invalidOptionsArb }),
@@ -492,7 +534,17 @@ const toolResultStep: fc.Arbitrary<Step> = fc.record({
   id: fc.oneof(
     { weight: 4, arbitrary: fc.nat(8).map((index): IdRef => ({ ref: 'pending', index })) },
     { weight: 2, arbitrary: fc.nat(8).map((index): IdRef => ({ ref: 'seen', index })) },
-    { weight: 1, arbitrary: fc.oneof(fc.constant('toolu_nobody'), fc.constant('__proto__'), fc.constant('x'.repeat(300)), userText(20).filter((s) => s.length > 0)).map((id): IdRef => ({ ref: 'literal', id })) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .oneof(
+          fc.constant('toolu_nobody'),
+          fc.constant('__proto__'),
+          fc.constant('x'.repeat(300)),
+          userText(20).filter((s) => s.length > 0),
+        )
+        .map((id): IdRef => ({ ref: 'literal', id })),
+    },
   ),
   content: contentArb,
   isError: fc.constantFrom<unknown>(undefined, undefined, true, false),
@@ -553,18 +605,33 @@ const rawStep: fc.Arbitrary<Step> = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }).map((v): Step => ({ kind: 'raw', data: JSON.stringify(v) ?? 'null', binary: false })),
   // An object with a known type and generated fields of any type.
   fc
-    .tuple(fc.constantFrom('session.start', 'user', 'tool_result', 'interrupt'), fc.dictionary(fc.constantFrom('message', 'sessionId', 'options', 'tool_use_id', 'content', 'is_error', 'x'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }))
+    .tuple(
+      fc.constantFrom('session.start', 'user', 'tool_result', 'interrupt'),
+      fc.dictionary(fc.constantFrom('message', 'sessionId', 'options', 'tool_use_id', 'content', 'is_error', 'x'), fc.jsonValue({ maxDepth: 2 }), {
+        maxKeys: 4,
+      }),
+    )
     .map(([type, fields]): Step => ({ kind: 'raw', data: JSON.stringify({ ...fields, type }), binary: false })),
-  fc.tuple(fc.integer({ min: 100, max: 60_000 }), fc.constantFrom('array', 'object', 'mixed') as fc.Arbitrary<'array' | 'object' | 'mixed'>, fc.constantFrom('top', 'options', 'content')).map(([wanted, kind, where]): Step => {
-    const frame = (depth: number) => {
-      const deep = nested(depth, kind);
-      return where === 'top' ? deep : where === 'options' ? `{"type":"session.start","options":{"x":${deep}}}` : `{"type":"tool_result","tool_use_id":"toolu_x","content":[{"type":"text","text":"x","deep":${deep}}]}`;
-    };
-    // As deep as asked, or as deep as fits in one frame.
-    let depth = wanted;
-    while (Buffer.byteLength(frame(depth)) >= MAX_FRAME) depth = Math.floor(depth * 0.9);
-    return { kind: 'raw', data: frame(depth), binary: false };
-  }),
+  fc
+    .tuple(
+      fc.integer({ min: 100, max: 60_000 }),
+      fc.constantFrom('array', 'object', 'mixed') as fc.Arbitrary<'array' | 'object' | 'mixed'>,
+      fc.constantFrom('top', 'options', 'content'),
+    )
+    .map(([wanted, kind, where]): Step => {
+      const frame = (depth: number) => {
+        const deep = nested(depth, kind);
+        return where === 'top'
+          ? deep
+          : where === 'options'
+            ? `{"type":"session.start","options":{"x":${deep}}}`
+            : `{"type":"tool_result","tool_use_id":"toolu_x","content":[{"type":"text","text":"x","deep":${deep}}]}`;
+      };
+      // As deep as asked, or as deep as fits in one frame.
+      let depth = wanted;
+      while (Buffer.byteLength(frame(depth)) >= MAX_FRAME) depth = Math.floor(depth * 0.9);
+      return { kind: 'raw', data: frame(depth), binary: false };
+    }),
   // Huge frames just under the 128 KiB limit: not JSON, an unknown type, a huge unknown field.
   fc.tuple(fc.constantFrom('junk', 'type', 'field'), fc.integer({ min: 10_000, max: 120_000 })).map(([what, size]): Step => {
     const pad = 'z'.repeat(size);
@@ -572,7 +639,12 @@ const rawStep: fc.Arbitrary<Step> = fc.oneof(
     return { kind: 'raw', data, binary: false };
   }),
   // Binary frames: junk, or a valid frame's bytes.
-  fc.oneof(fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b).toString('latin1')), fc.constantFrom('{"type":"interrupt"}', '{"type":"user","message":"hi"}')).map((data): Step => ({ kind: 'raw', data, binary: true })),
+  fc
+    .oneof(
+      fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b).toString('latin1')),
+      fc.constantFrom('{"type":"interrupt"}', '{"type":"user","message":"hi"}'),
+    )
+    .map((data): Step => ({ kind: 'raw', data, binary: true })),
 );
 
 /** A step as fast-check prints it in a counterexample: huge strings cut short (the transcript has the rest). */
@@ -581,19 +653,27 @@ function printable(step: Step): Step {
   return Object.defineProperty(step, fc.toStringMethod, { value: () => text, enumerable: false });
 }
 
-const stepArb: fc.Arbitrary<Step> = fc.oneof(
-  { weight: 3, arbitrary: startStep },
-  { weight: 5, arbitrary: userStep },
-  { weight: 4, arbitrary: toolResultStep },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant('interrupt' as const), wait: fc.boolean() }) },
-  { weight: 4, arbitrary: rawStep },
-  { weight: 2, arbitrary: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 50, max: 300 })).map((ms): Step => ({ kind: 'pause', ms })) },
-).map(printable);
+const stepArb: fc.Arbitrary<Step> = fc
+  .oneof(
+    { weight: 3, arbitrary: startStep },
+    { weight: 5, arbitrary: userStep },
+    { weight: 4, arbitrary: toolResultStep },
+    { weight: 2, arbitrary: fc.record({ kind: fc.constant('interrupt' as const), wait: fc.boolean() }) },
+    { weight: 4, arbitrary: rawStep },
+    { weight: 2, arbitrary: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 50, max: 300 })).map((ms): Step => ({ kind: 'pause', ms })) },
+  )
+  .map(printable);
 
 /** Usually a valid session.start first (most frames then reach a session), sometimes anything first. */
 const sequenceArb: fc.Arbitrary<Step[]> = fc
   .tuple(
-    fc.oneof({ weight: 4, arbitrary: validOptionsArb.map((options): Step[] => [{ kind: 'start', session: 'new', index: 0, literal: '', options, hasOptions: true, wait: true }]) }, { weight: 1, arbitrary: fc.constant<Step[]>([]) }),
+    fc.oneof(
+      {
+        weight: 4,
+        arbitrary: validOptionsArb.map((options): Step[] => [{ kind: 'start', session: 'new', index: 0, literal: '', options, hasOptions: true, wait: true }]),
+      },
+      { weight: 1, arbitrary: fc.constant<Step[]>([]) },
+    ),
     fc.array(stepArb, { minLength: 1, maxLength: 12 }),
   )
   .map(([first, rest]) => [...first, ...rest]);
@@ -605,7 +685,10 @@ const answered = new WeakMap<FuzzSocket, string[]>();
 function pendingIds(c: FuzzSocket): string[] {
   const lastResult = c.frames.findLastIndex((f) => f.type === 'result');
   const done = new Set(answered.get(c) ?? []);
-  return c.frames.slice(lastResult + 1).filter((f) => f.type === 'tool_use' && f.subtype === 'client' && !done.has(f.id as string)).map((f) => f.id as string);
+  return c.frames
+    .slice(lastResult + 1)
+    .filter((f) => f.type === 'tool_use' && f.subtype === 'client' && !done.has(f.id as string))
+    .map((f) => f.id as string);
 }
 
 /** Sends one step's frame, resolving references to what the gateway said so far; waits if the step says so. */
@@ -623,19 +706,28 @@ async function perform(c: FuzzSocket, step: Step): Promise<void> {
     case 'start': {
       const seen = sessionIds();
       const sessionId =
-        step.session === 'seen' ? seen[step.index % Math.max(1, seen.length)]
-        : step.session === 'foreign' ? foreignSessionId
-        : step.session === 'unknown' ? randomUUID()
-        : step.session === 'literal' ? step.literal
-        : undefined;
-      sendJson({ type: 'session.start', ...(sessionId !== undefined ? { sessionId } : {}), ...(step.hasOptions || step.session === 'new' ? { options: step.options } : {}) });
+        step.session === 'seen'
+          ? seen[step.index % Math.max(1, seen.length)]
+          : step.session === 'foreign'
+            ? foreignSessionId
+            : step.session === 'unknown'
+              ? randomUUID()
+              : step.session === 'literal'
+                ? step.literal
+                : undefined;
+      sendJson({
+        type: 'session.start',
+        ...(sessionId !== undefined ? { sessionId } : {}),
+        ...(step.hasOptions || step.session === 'new' ? { options: step.options } : {}),
+      });
       if (step.wait) await c.waitFor((f) => f.type === 'session' || f.type === 'error', from, 5000);
       return;
     }
     case 'user':
       sendJson({ type: 'user', message: step.message });
       if (step.wait === 'first') await c.waitFor(() => true, from, 3000);
-      if (step.wait === 'end') await c.waitFor((f) => f.type === 'result' || f.type === 'error' || (f.type === 'tool_use' && f.subtype === 'client'), from, 10_000);
+      if (step.wait === 'end')
+        await c.waitFor((f) => f.type === 'result' || f.type === 'error' || (f.type === 'tool_use' && f.subtype === 'client'), from, 10_000);
       return;
     case 'tool_result': {
       const ids = step.id.ref === 'pending' ? pendingIds(c) : toolIds();
@@ -670,7 +762,8 @@ async function plainTurn(c: FuzzSocket, userId: string, sessionId: string | unde
   let from = c.frames.length;
   c.send(JSON.stringify({ type: 'session.start', ...(sessionId ? { sessionId } : { options: {} }) }));
   const session = await c.waitFor((f) => f.type === 'session' || f.type === 'error', from, 8000);
-  if (session?.type !== 'session') return [`session.start ${sessionId ? `of ${sessionId}` : '(new)'} answered ${JSON.stringify(session) ?? 'nothing within 8 s'}`];
+  if (session?.type !== 'session')
+    return [`session.start ${sessionId ? `of ${sessionId}` : '(new)'} answered ${JSON.stringify(session) ?? 'nothing within 8 s'}`];
   const id = session.sessionId as string;
   const stored = (await sessionsOf(userId)).find((s) => s.sessionId === id);
   if (!stored) return [`the session ${id} the gateway answered with is not in the table`];
@@ -678,7 +771,10 @@ async function plainTurn(c: FuzzSocket, userId: string, sessionId: string | unde
     // docs/ws.md: a turn in progress continues on the connection that resumed it: its result comes here.
     count('final: resumed running');
     const ended = await c.waitFor((f) => f.type === 'result' || f.type === 'error' || (f.type === 'tool_use' && f.subtype === 'client'), from, 10_000);
-    if (!ended) problems.push(`the session ${id} was resumed as running (stored ${stored.state}, stop ${stored.turn?.stop ?? 'none'}), and no result of that turn came to the connection that resumed it within 10 s`);
+    if (!ended)
+      problems.push(
+        `the session ${id} was resumed as running (stored ${stored.state}, stop ${stored.turn?.stop ?? 'none'}), and no result of that turn came to the connection that resumed it within 10 s`,
+      );
     await settled(userId);
   }
   const now = session.state === 'running' ? (await sessionsOf(userId)).find((s) => s.sessionId === id) : stored;
@@ -763,7 +859,15 @@ describe('ws fuzz', () => {
   );
 
   type Moment = 'before_session' | 'after_user' | 'streaming' | 'pending_tools' | 'after_last_result' | 'after_interrupt_streaming' | 'after_interrupt_pending';
-  const MOMENTS: Moment[] = ['before_session', 'after_user', 'streaming', 'pending_tools', 'after_last_result', 'after_interrupt_streaming', 'after_interrupt_pending'];
+  const MOMENTS: Moment[] = [
+    'before_session',
+    'after_user',
+    'streaming',
+    'pending_tools',
+    'after_last_result',
+    'after_interrupt_streaming',
+    'after_interrupt_pending',
+  ];
 
   it(
     'ws disconnects: the client goes away at any moment',
@@ -799,9 +903,16 @@ describe('ws fuzz', () => {
                 const session = await c.waitFor((f) => f.type === 'session' || f.type === 'error', 0, 8000);
                 if (session?.type !== 'session') throw new Error(`session.start answered ${JSON.stringify(session)}`);
                 const streaming = (k.moment === 'after_user' && k.asks === 'story') || k.moment === 'streaming' || k.moment === 'after_interrupt_streaming';
-                const calls = Array.from({ length: k.calls }, (_, i) => (i % 2 ? '[[tool:device_time {"zone":"CET"}]]' : `[[tool:read_note {"title":"n${i}"}]]`)).join(' ');
+                const calls = Array.from({ length: k.calls }, (_, i) =>
+                  i % 2 ? '[[tool:device_time {"zone":"CET"}]]' : `[[tool:read_note {"title":"n${i}"}]]`,
+                ).join(' ');
                 let from = c.frames.length;
-                c.send(JSON.stringify({ type: 'user', message: streaming ? `A long story [[words:${k.words}]] [[delay:${k.delay}]]` : `Check [[words:0]] ${calls}` }));
+                c.send(
+                  JSON.stringify({
+                    type: 'user',
+                    message: streaming ? `A long story [[words:${k.words}]] [[delay:${k.delay}]]` : `Check [[words:0]] ${calls}`,
+                  }),
+                );
                 if (k.moment === 'streaming' || k.moment === 'after_interrupt_streaming') {
                   for (let i = 0; i < k.deltas; i++) {
                     const f = await c.waitFor((x) => x.type === 'assistant' || x.type === 'result' || x.type === 'error', from, 8000);
@@ -811,7 +922,11 @@ describe('ws fuzz', () => {
                 } else if (k.moment !== 'after_user') {
                   const uses: Frame[] = [];
                   while (uses.length < k.calls) {
-                    const f = await c.waitFor((x) => (x.type === 'tool_use' && x.subtype === 'client') || x.type === 'result' || x.type === 'error', from, 8000);
+                    const f = await c.waitFor(
+                      (x) => (x.type === 'tool_use' && x.subtype === 'client') || x.type === 'result' || x.type === 'error',
+                      from,
+                      8000,
+                    );
                     if (f?.type !== 'tool_use') throw new Error(`waiting for ${k.calls} client calls: ${JSON.stringify(f) ?? 'nothing within 8 s'}`);
                     uses.push(f);
                     from = c.frames.indexOf(f) + 1;
@@ -858,7 +973,9 @@ describe('ws fuzz', () => {
               next?.terminate();
             }
             if (problems.length) {
-              throw new Error(`${[...new Set(problems)].join('\n')}\n  case ${JSON.stringify(k)}, user ${userId}\n  first connection:\n${c.transcript()}${next ? `\n  second connection:\n${next.transcript()}` : ''}`);
+              throw new Error(
+                `${[...new Set(problems)].join('\n')}\n  case ${JSON.stringify(k)}, user ${userId}\n  first connection:\n${c.transcript()}${next ? `\n  second connection:\n${next.transcript()}` : ''}`,
+              );
             }
           },
         ),

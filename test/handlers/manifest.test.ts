@@ -57,7 +57,7 @@ describe('one manifest of functions', () => {
     }
   });
 
-  it('deployed with the manifest\'s description, memory and timeout', () => {
+  it("deployed with the manifest's description, memory and timeout", () => {
     for (const { id, props } of deployed()) {
       const spec: FunctionSpec = FUNCTIONS.find((f) => f.id === id)!;
       expect(props, id).toMatchObject({ Description: spec.description, MemorySize: spec.memoryMb, Timeout: spec.timeoutSeconds });
@@ -91,7 +91,9 @@ describe('one manifest of functions', () => {
           break;
         }
         case 'sqs': {
-          const mappings = Object.values(resources).filter((r) => r.Type === 'AWS::Lambda::EventSourceMapping' && JSON.stringify(r.Properties?.FunctionName).includes(logicalId));
+          const mappings = Object.values(resources).filter(
+            (r) => r.Type === 'AWS::Lambda::EventSourceMapping' && JSON.stringify(r.Properties?.FunctionName).includes(logicalId),
+          );
           expect(mappings).toHaveLength(1);
           const batchSize = spec.trigger.batchSize ?? queueSpec(spec.trigger.queue).batchSize;
           expect(mappings[0]!.Properties).toMatchObject({ BatchSize: batchSize, FunctionResponseTypes: ['ReportBatchItemFailures'] });
@@ -107,7 +109,9 @@ describe('one manifest of functions', () => {
           );
           expect(rules.map((r) => [r.Properties?.ScheduleExpression, r.Properties?.State])).toEqual([[spec.trigger.expression, 'ENABLED']]);
           // EventBridge may invoke it, and only from its rule.
-          const permissions = Object.values(resources).filter((r) => r.Type === 'AWS::Lambda::Permission' && JSON.stringify(r.Properties?.FunctionName).includes(logicalId));
+          const permissions = Object.values(resources).filter(
+            (r) => r.Type === 'AWS::Lambda::Permission' && JSON.stringify(r.Properties?.FunctionName).includes(logicalId),
+          );
           expect(permissions.map((p) => p.Properties?.Principal)).toEqual(['events.amazonaws.com']);
           expect(served.kind === 'schedule' && served.intervalMs).toBe(rateIntervalMs(spec.trigger.expression));
           break;
@@ -119,7 +123,11 @@ describe('one manifest of functions', () => {
           );
           expect(integrations.length).toBeGreaterThan(0);
           const routeKeys = Object.values(resources)
-            .filter((r) => r.Type === 'AWS::ApiGatewayV2::Route' && integrations.some(([id]) => JSON.stringify(r.Properties?.Target).includes(JSON.stringify({ Ref: id }))))
+            .filter(
+              (r) =>
+                r.Type === 'AWS::ApiGatewayV2::Route' &&
+                integrations.some(([id]) => JSON.stringify(r.Properties?.Target).includes(JSON.stringify({ Ref: id }))),
+            )
             .map((r) => r.Properties?.RouteKey)
             .sort();
           expect(routeKeys).toEqual(['$connect', '$default', '$disconnect']);
@@ -134,7 +142,7 @@ describe('one manifest of functions', () => {
     }
   });
 
-  it('conjure\'s REST routes are declared once: the API\'s methods are CONJURE_ROUTES', () => {
+  it("conjure's REST routes are declared once: the API's methods are CONJURE_ROUTES", () => {
     const conjure = FUNCTIONS.find((f) => f.id === 'ConjureApi')!;
     expect(conjure.trigger).toEqual({ kind: 'rest', routes: CONJURE_ROUTES });
     const paths = Object.values(resources)
@@ -199,16 +207,26 @@ describe('the local runtime routes by the manifest', () => {
   });
 
   it('serves one websocket function at /ws and refuses, at startup, two of them or a cron schedule', () => {
-    const later = (trigger: FunctionSpec['trigger'], id = 'Later'): FunctionSpec => ({ ...FUNCTIONS[0], id, trigger, access: { tables: {}, providers: false, queues: [] } });
+    const later = (trigger: FunctionSpec['trigger'], id = 'Later'): FunctionSpec => ({
+      ...FUNCTIONS[0],
+      id,
+      trigger,
+      access: { tables: {}, providers: false, queues: [] },
+    });
     expect(localFunctions(FUNCTIONS).find((f) => f.kind === 'websocket')).toMatchObject({ id: 'Sessions', kind: 'websocket', path: '/ws' });
     // The manifest's own websocket function (Sessions) set aside, another one takes /ws.
     const withoutSessions = FUNCTIONS.filter((f) => f.id !== 'Sessions');
     expect(localFunctions([...withoutSessions, later({ kind: 'websocket' })]).at(-1)).toMatchObject({ id: 'Later', kind: 'websocket', path: '/ws' });
-    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'websocket' })])).toThrow(/serves one websocket function at \/ws, and the manifest has 2 \(Sessions, Later;/);
+    expect(() => localFunctions([...FUNCTIONS, later({ kind: 'websocket' })])).toThrow(
+      /serves one websocket function at \/ws, and the manifest has 2 \(Sessions, Later;/,
+    );
     expect(() => localFunctions([...withoutSessions, later({ kind: 'websocket' }), later({ kind: 'websocket' }, 'Other')])).toThrow(
       /serves one websocket function at \/ws, and the manifest has 2 \(Later, Other;/,
     );
     expect(() => localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'cron(0 3 * * ? *)' })])).toThrow(/Later.*not cron/);
-    expect(localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'rate(5 minutes)' })]).at(-1)).toMatchObject({ kind: 'schedule', intervalMs: 300_000 });
+    expect(localFunctions([...FUNCTIONS, later({ kind: 'schedule', expression: 'rate(5 minutes)' })]).at(-1)).toMatchObject({
+      kind: 'schedule',
+      intervalMs: 300_000,
+    });
   });
 });

@@ -97,7 +97,9 @@ describe('webSocketEventFrom', () => {
   });
 
   it('an unknown event type is refused', () => {
-    expect(() => webSocketEventFrom({ ...connectEvent, requestContext: { ...connectEvent.requestContext, eventType: 'PING' as never } })).toThrow(/Unknown WebSocket event type PING/);
+    expect(() => webSocketEventFrom({ ...connectEvent, requestContext: { ...connectEvent.requestContext, eventType: 'PING' as never } })).toThrow(
+      /Unknown WebSocket event type PING/,
+    );
   });
 
   it('webSocketResult: 200 accepts, anything else refuses the handshake', () => {
@@ -121,7 +123,12 @@ describe('apiGatewayConnectionSender against a stand-in of the management API', 
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
         const path = req.url ?? '';
-        calls.push({ method: req.method ?? '', path, body: Buffer.concat(chunks).toString('utf8'), signed: /AWS4-HMAC-SHA256/.test(req.headers.authorization ?? '') });
+        calls.push({
+          method: req.method ?? '',
+          path,
+          body: Buffer.concat(chunks).toString('utf8'),
+          signed: /AWS4-HMAC-SHA256/.test(req.headers.authorization ?? ''),
+        });
         const gone = decodeURIComponent(path).endsWith('/gone=');
         const status = gone ? 410 : req.method === 'DELETE' ? 204 : 200;
         res.writeHead(status, { 'content-type': 'application/json', ...(gone ? { 'x-amzn-errortype': 'GoneException' } : {}) });
@@ -154,7 +161,10 @@ describe('apiGatewayConnectionSender against a stand-in of the management API', 
     const sender = apiGatewayConnectionSender(endpoint);
     await sender.close('Sn6P2cdGoAMCJhw=');
     await sender.close('gone=');
-    expect(calls.map((c) => `${c.method} ${decodeURIComponent(c.path)}`)).toEqual(['DELETE /dev/@connections/Sn6P2cdGoAMCJhw=', 'DELETE /dev/@connections/gone=']);
+    expect(calls.map((c) => `${c.method} ${decodeURIComponent(c.path)}`)).toEqual([
+      'DELETE /dev/@connections/Sn6P2cdGoAMCJhw=',
+      'DELETE /dev/@connections/gone=',
+    ]);
   });
 
   it('another failure is thrown', async () => {

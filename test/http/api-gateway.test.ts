@@ -100,9 +100,7 @@ describe('requestFromApiGateway', () => {
 
   it('no parameters (null, or empty objects) → no query string at all', () => {
     expect(requestFromApiGateway(restEvent()).url).toBe('https://gateway.invalid/usage');
-    expect(requestFromApiGateway(restEvent({ queryStringParameters: {}, multiValueQueryStringParameters: {} })).url).toBe(
-      'https://gateway.invalid/usage',
-    );
+    expect(requestFromApiGateway(restEvent({ queryStringParameters: {}, multiValueQueryStringParameters: {} })).url).toBe('https://gateway.invalid/usage');
   });
 
   it('headers are copied case-insensitively; the Host header never becomes the origin', () => {
@@ -115,9 +113,7 @@ describe('requestFromApiGateway', () => {
 
   it('a repeated header is its last value (as implemented: `headers` is read, `multiValueHeaders` is not)', () => {
     // API Gateway puts the last value of a repeated header in `headers` and all of them in `multiValueHeaders`.
-    const req = requestFromApiGateway(
-      restEvent({ headers: { Accept: 'text/plain' }, multiValueHeaders: { Accept: ['application/json', 'text/plain'] } }),
-    );
+    const req = requestFromApiGateway(restEvent({ headers: { Accept: 'text/plain' }, multiValueHeaders: { Accept: ['application/json', 'text/plain'] } }));
     expect(req.headers.get('accept')).toBe('text/plain');
   });
 

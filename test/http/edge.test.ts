@@ -90,7 +90,9 @@ describe('routing by the path alone, in the right envelope', () => {
   it('//v1/messages and /V1/messages route as /v1/messages; /V1/MESSAGES is a proxy 404, not a conjure one', async () => {
     const body = JSON.stringify({ model: 'claude-sonnet-4-6', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
     for (const path of ['//v1/messages', '/V1/messages', '/v1//messages']) {
-      const res = await raw(`POST ${path} HTTP/1.1\r\nHost: x\r\nx-api-key: ${token}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+      const res = await raw(
+        `POST ${path} HTTP/1.1\r\nHost: x\r\nx-api-key: ${token}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+      );
       expect(res.status, path).toBe(200);
       expect(JSON.parse(res.body)).toMatchObject({ type: 'message', role: 'assistant' });
     }
@@ -203,8 +205,7 @@ describe('bounds on what a request can be', () => {
 });
 
 describe('tokens: cheap checks before any store access, claims tighter', () => {
-  const sign = (payload: Record<string, unknown>) =>
-    new SignJWT(payload).setProtectedHeader({ alg: 'HS256' }).sign(new TextEncoder().encode(gw.secret));
+  const sign = (payload: Record<string, unknown>) => new SignJWT(payload).setProtectedHeader({ alg: 'HS256' }).sign(new TextEncoder().encode(gw.secret));
   const claims = (over: Record<string, unknown> = {}) => ({
     iss: gw.projectId,
     sub: 'u',

@@ -58,9 +58,7 @@ describe('requestFromFunctionUrl', () => {
   });
 
   it('repeated query parameters survive (the raw query string is used, not queryStringParameters)', () => {
-    const req = requestFromFunctionUrl(
-      fnUrlEvent({ method: 'GET', rawPath: '/v1/models', rawQueryString: 'a=1&a=2', queryStringParameters: { a: '1,2' } }),
-    );
+    const req = requestFromFunctionUrl(fnUrlEvent({ method: 'GET', rawPath: '/v1/models', rawQueryString: 'a=1&a=2', queryStringParameters: { a: '1,2' } }));
     expect(new URL(req.url).searchParams.getAll('a')).toEqual(['1', '2']);
   });
 

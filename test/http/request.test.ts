@@ -139,7 +139,7 @@ describe('headersFrom', () => {
     const h = headersFrom({
       'a b': 'x',
       'a\nb': 'x',
-      'é': 'x',
+      é: 'x',
       crlf: 'v\r\nx-injected: 1',
       nul: 'a\0b',
       emoji: '🙂',

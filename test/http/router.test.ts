@@ -12,8 +12,7 @@ const ORIGIN = 'https://gateway.invalid';
 
 /** A router shaped like the proxy's, whose handlers answer with what they were called with. */
 function proxyLikeRouter(): Router {
-  const answer = (route: string) => (req: Request, params: Record<string, string>) =>
-    Response.json({ route, method: req.method, params, url: req.url });
+  const answer = (route: string) => (req: Request, params: Record<string, string>) => Response.json({ route, method: req.method, params, url: req.url });
   return new Router()
     .on('POST', '/v1/messages', answer('messages'))
     .on('POST', '/v1/messages/count_tokens', answer('count_tokens'))
@@ -35,8 +34,7 @@ async function route(method: string, path: string, router = proxyLikeRouter()): 
   return (await res.json()) as Answer;
 }
 
-const refused = (method: string, path: string, router = proxyLikeRouter()) =>
-  refusalFrom(router.handle(new Request(`${ORIGIN}${path}`, { method })));
+const refused = (method: string, path: string, router = proxyLikeRouter()) => refusalFrom(router.handle(new Request(`${ORIGIN}${path}`, { method })));
 
 describe('Router: matching', () => {
   it('routes an exact path and method to its handler, with the Request itself and no params', async () => {
@@ -253,19 +251,12 @@ describe('bearerToken', () => {
     expect(bearerToken(withAuth(header))).toBe(token);
   });
 
-  it.each([
-    ['Basic dXNlcjpwYXNz'],
-    ['Token abc'],
-    ['Bearerabc'],
-    ['Bearer'],
-    ['Bearer '],
-    ['Bearer    '],
-    ['Bearer abc def'],
-    ['abc'],
-    [''],
-  ])('%j → undefined', (header) => {
-    expect(bearerToken(withAuth(header))).toBeUndefined();
-  });
+  it.each([['Basic dXNlcjpwYXNz'], ['Token abc'], ['Bearerabc'], ['Bearer'], ['Bearer '], ['Bearer    '], ['Bearer abc def'], ['abc'], ['']])(
+    '%j → undefined',
+    (header) => {
+      expect(bearerToken(withAuth(header))).toBeUndefined();
+    },
+  );
 
   it('no Authorization header → undefined, whatever x-api-key holds', () => {
     expect(bearerToken(withAuth())).toBeUndefined();

@@ -56,31 +56,39 @@ describe('handler bundles', () => {
     ['a socket', "import net from 'node:net'; net.connect(443, '192.0.2.1');"],
     ['a DNS lookup', "import { lookup } from 'node:dns'; lookup('example.com', () => {});"],
     ['fetch', "await fetch('https://example.com').catch(() => {});"],
-  ])('the guard itself works: %s at import fails the process', async (_what, code) => {
-    const probe = join(outdir, `probe-${Math.random().toString(36).slice(2)}.mjs`);
-    writeFileSync(probe, code);
-    const result = await run(NODE, ['--import', pathToFileURL(preload).href, probe], { env: lambdaEnv, timeout: 30_000 }).then(
-      () => ({ code: 0, stderr: '' }),
-      (err: { code?: number; stderr?: string }) => ({ code: err.code, stderr: err.stderr ?? '' }),
-    );
-    expect(result.code).not.toBe(0);
-    expect(result.stderr).toMatch(/network access while importing a handler/);
-  }, 60_000);
+  ])(
+    'the guard itself works: %s at import fails the process',
+    async (_what, code) => {
+      const probe = join(outdir, `probe-${Math.random().toString(36).slice(2)}.mjs`);
+      writeFileSync(probe, code);
+      const result = await run(NODE, ['--import', pathToFileURL(preload).href, probe], { env: lambdaEnv, timeout: 30_000 }).then(
+        () => ({ code: 0, stderr: '' }),
+        (err: { code?: number; stderr?: string }) => ({ code: err.code, stderr: err.stderr ?? '' }),
+      );
+      expect(result.code).not.toBe(0);
+      expect(result.stderr).toMatch(/network access while importing a handler/);
+    },
+    60_000,
+  );
 
-  it.each(handlers.map((h) => [h.id] as const))('%s initialises in a fresh Node process without touching the network', async (id) => {
-    const bundle = pathToFileURL(join(outdir, id, 'index.mjs')).href;
-    const script = `const m = await import(${JSON.stringify(bundle)});
+  it.each(handlers.map((h) => [h.id] as const))(
+    '%s initialises in a fresh Node process without touching the network',
+    async (id) => {
+      const bundle = pathToFileURL(join(outdir, id, 'index.mjs')).href;
+      const script = `const m = await import(${JSON.stringify(bundle)});
 if (typeof m.handler !== 'function') { console.error('the bundle exports no handler function'); process.exit(2); }`;
-    const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], {
-      env: lambdaEnv,
-      cwd: outdir,
-      timeout: 30_000,
-    }).catch((err: { code?: number; stdout?: string; stderr?: string }) => {
-      throw new Error(`exit ${err.code}\n${err.stderr ?? ''}${err.stdout ?? ''}`);
-    });
-    expect(stderr).not.toMatch(/network access/);
-    expect(stdout + stderr).not.toMatch(/Error/);
-  }, 60_000);
+      const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], {
+        env: lambdaEnv,
+        cwd: outdir,
+        timeout: 30_000,
+      }).catch((err: { code?: number; stdout?: string; stderr?: string }) => {
+        throw new Error(`exit ${err.code}\n${err.stderr ?? ''}${err.stdout ?? ''}`);
+      });
+      expect(stderr).not.toMatch(/network access/);
+      expect(stdout + stderr).not.toMatch(/Error/);
+    },
+    60_000,
+  );
 });
 
 describe('access log in Lambda', () => {
@@ -88,14 +96,28 @@ describe('access log in Lambda', () => {
     const bundle = pathToFileURL(join(outdir, 'ConjureApi', 'index.mjs')).href;
     const token = 'eyJhbGciOiJIUzI1NiJ9.eyJpc3MiOiJ4In0.c2VjcmV0LXNpZ25hdHVyZQ';
     const event = { httpMethod: 'GET', path: '/usage', headers: { authorization: `Bearer ${token}` }, body: null, isBase64Encoded: false, requestContext: {} };
-    const context = { awsRequestId: 'req-1', functionName: 'conjure', functionVersion: '1', invokedFunctionArn: 'arn', memoryLimitInMB: '128', getRemainingTimeInMillis: () => 1000 };
+    const context = {
+      awsRequestId: 'req-1',
+      functionName: 'conjure',
+      functionVersion: '1',
+      invokedFunctionArn: 'arn',
+      memoryLimitInMB: '128',
+      getRemainingTimeInMillis: () => 1000,
+    };
     const script = `const m = await import(${JSON.stringify(bundle)});
 const res = await m.handler(${JSON.stringify(event)}, { ...${JSON.stringify(context)}, getRemainingTimeInMillis: () => 1000 });
 console.error('RESULT ' + JSON.stringify(res));`;
-    const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], { env: lambdaEnv, cwd: outdir, timeout: 30_000 });
+    const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], {
+      env: lambdaEnv,
+      cwd: outdir,
+      timeout: 30_000,
+    });
     const result = JSON.parse(/RESULT (.*)/.exec(stderr)![1]!) as { statusCode: number; headers: Record<string, string> };
     expect(result.statusCode).toBe(401);
-    const lines = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const access = lines.filter((l) => l.message === 'request');
     expect(access).toHaveLength(1);
     expect(access[0]).toMatchObject({

@@ -55,8 +55,7 @@ beforeAll(() => {
 afterAll(removeTestApps);
 
 const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
-const logicalIdOf = (construct: IConstruct) =>
-  stack.getLogicalId((CfnElement.isCfnElement(construct) ? construct : construct.node.defaultChild) as CfnElement);
+const logicalIdOf = (construct: IConstruct) => stack.getLogicalId((CfnElement.isCfnElement(construct) ? construct : construct.node.defaultChild) as CfnElement);
 const fnArnOf = (construct: IConstruct) => ({ 'Fn::GetAtt': [logicalIdOf(construct), 'Arn'] });
 /** The environment variables of a gateway function. */
 const envOf = (f: { fn: IConstruct }) =>
@@ -87,7 +86,9 @@ describe('cdk-nag', () => {
     fn.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
     const found = gatewayNagPacks(probeApp).flatMap((pack) => pack.validateScope(probe).violations.map((v) => v.ruleName));
     expect(found).toEqual(expect.arrayContaining(['AwsSolutions-DDB3', 'AwsSolutions-L1', 'PromptGateway-LambdaFunctionUrlAuth']));
-    expect(() => probeApp.synth()).toThrow(/AwsSolutions-DDB3[\s\S]*PromptGateway-LambdaFunctionUrlAuth|PromptGateway-LambdaFunctionUrlAuth[\s\S]*AwsSolutions-DDB3/);
+    expect(() => probeApp.synth()).toThrow(
+      /AwsSolutions-DDB3[\s\S]*PromptGateway-LambdaFunctionUrlAuth|PromptGateway-LambdaFunctionUrlAuth[\s\S]*AwsSolutions-DDB3/,
+    );
     expect(new GatewayChecks().name).toBe('PromptGateway');
   });
 
@@ -127,7 +128,7 @@ describe('cdk-nag', () => {
 });
 
 describe('functions', () => {
-  it('channeling and prompt are public RESPONSE_STREAM function URLs, the only ones, as the manifest\'s only streaming-url functions', () => {
+  it("channeling and prompt are public RESPONSE_STREAM function URLs, the only ones, as the manifest's only streaming-url functions", () => {
     expect(FUNCTIONS.filter((f) => f.trigger.kind === 'streaming-url').map((f) => f.id)).toEqual(['Channeling', 'Prompt']);
     const urls = ofType('AWS::Lambda::Url').map(([, u]) => u.Properties);
     expect(urls).toHaveLength(2);
@@ -170,11 +171,14 @@ describe('functions', () => {
     template.hasResourceProperties('AWS::Lambda::Function', { Timeout: 29, MemorySize: 512 });
   });
 
-  it('never lets a deployed function call loopback addresses on a user\'s behalf (ALLOW_LOOPBACK_URLS is local only)', () => {
+  it("never lets a deployed function call loopback addresses on a user's behalf (ALLOW_LOOPBACK_URLS is local only)", () => {
     const functions = Object.values(resources).filter((r) => (r as { Type: string }).Type === 'AWS::Lambda::Function');
     expect(functions.length).toBeGreaterThanOrEqual(3);
     for (const fn of functions) {
-      const variables = ((fn as { Properties: { Environment?: { Variables?: Record<string, unknown> } } }).Properties.Environment?.Variables ?? {}) as Record<string, unknown>;
+      const variables = ((fn as { Properties: { Environment?: { Variables?: Record<string, unknown> } } }).Properties.Environment?.Variables ?? {}) as Record<
+        string,
+        unknown
+      >;
       expect(variables).not.toHaveProperty('ALLOW_LOOPBACK_URLS');
     }
   });
@@ -206,7 +210,9 @@ describe('IAM', () => {
     // Every kms: action of every policy, with the roles it is attached to: exactly one statement per grant.
     const kmsGrants = iamStatements(resources)
       .filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('kms:')))
-      .map(({ logicalId, statement }) => JSON.stringify({ roles: resources[logicalId]!.Properties?.Roles, action: statement.Action, resource: statement.Resource }))
+      .map(({ logicalId, statement }) =>
+        JSON.stringify({ roles: resources[logicalId]!.Properties?.Roles, action: statement.Action, resource: statement.Resource }),
+      )
       .sort();
     const expected = FUNCTIONS.flatMap((f) => {
       const access: FunctionAccess = f.access;
@@ -251,10 +257,20 @@ describe('IAM', () => {
   it('only prompt, the executor and the session turn worker may write the Leases table, the reconciler may read it, nobody else may touch it', () => {
     const leasesId = logicalIdOf(stack.data.tables.Leases);
     const onLeases = ({ statement }: { statement: { Resource?: unknown } }) => JSON.stringify(statement.Resource ?? null).includes(`"${leasesId}"`);
-    const leasesActionsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).filter(onLeases).flatMap(({ statement }) => asArray(statement.Action));
+    const leasesActionsOf = (id: string) =>
+      roleStatements(resources, logicalIdOf(stack.functionOf(id).role))
+        .filter(onLeases)
+        .flatMap(({ statement }) => asArray(statement.Action));
     for (const id of ['Prompt', 'VesselExecutor', 'SessionTurn']) {
       expect(leasesActionsOf(id), id).toEqual(
-        expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem']),
+        expect.arrayContaining([
+          'dynamodb:GetItem',
+          'dynamodb:Query',
+          'dynamodb:PutItem',
+          'dynamodb:UpdateItem',
+          'dynamodb:DeleteItem',
+          'dynamodb:ConditionCheckItem',
+        ]),
       );
     }
     expect(leasesActionsOf('VesselReconciler')).toEqual(expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query']));
@@ -266,8 +282,14 @@ describe('IAM', () => {
       expect(statements.filter(onLeases)).toEqual([]);
     }
     // Nor does any other policy of the stack name the table.
-    const allowed = new Set(['Prompt', 'VesselExecutor', 'SessionTurn', 'VesselReconciler'].map((id) => JSON.stringify([{ Ref: logicalIdOf(stack.functionOf(id).role) }])));
-    expect(iamStatements(resources).filter(onLeases).filter(({ logicalId }) => !allowed.has(JSON.stringify(resources[logicalId]!.Properties?.Roles)))).toEqual([]);
+    const allowed = new Set(
+      ['Prompt', 'VesselExecutor', 'SessionTurn', 'VesselReconciler'].map((id) => JSON.stringify([{ Ref: logicalIdOf(stack.functionOf(id).role) }])),
+    );
+    expect(
+      iamStatements(resources)
+        .filter(onLeases)
+        .filter(({ logicalId }) => !allowed.has(JSON.stringify(resources[logicalId]!.Properties?.Roles))),
+    ).toEqual([]);
   });
 
   it('each function may do exactly what its manifest access says, beyond its tables and its own logs', () => {
@@ -283,7 +305,9 @@ describe('IAM', () => {
         // The WebSocket API's handler answers its clients; a function with `connections` posts to them too.
         ...(access.connections || trigger.kind === 'websocket' ? ['execute-api:ManageConnections'] : []),
         // An SQS event source consumes its queue.
-        ...(trigger.kind === 'sqs' ? ['sqs:ChangeMessageVisibility', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage'] : []),
+        ...(trigger.kind === 'sqs'
+          ? ['sqs:ChangeMessageVisibility', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage']
+          : []),
       ];
       const actions = roleStatements(resources, logicalIdOf(stack.functionOf(spec.id).role))
         .flatMap(({ statement }) => asArray(statement.Action))
@@ -299,7 +323,9 @@ describe('IAM', () => {
         expect(env[queue.arnEnvVar] !== undefined, `${spec.id} ${queue.arnEnvVar}`).toBe(access.queues.includes(queue.name));
         expect(env[queue.deadLetterEnvVar] !== undefined, `${spec.id} ${queue.deadLetterEnvVar}`).toBe(deadLetters.includes(queue.name));
       }
-      expect(env.PROVIDER_KEYS_KMS_KEY_ID !== undefined, `${spec.id} PROVIDER_KEYS_KMS_KEY_ID`).toBe(Boolean(access.providers || access.encrypts || access.decrypts));
+      expect(env.PROVIDER_KEYS_KMS_KEY_ID !== undefined, `${spec.id} PROVIDER_KEYS_KMS_KEY_ID`).toBe(
+        Boolean(access.providers || access.encrypts || access.decrypts),
+      );
     }
   });
 
@@ -312,10 +338,18 @@ describe('IAM', () => {
       const statements = roleStatements(resources, logicalIdOf(stack.functionOf(spec.id).role)).map(({ statement }) => statement);
       const onIndex = statements.filter((st) => JSON.stringify(st.Resource).includes('/index/'));
       // One Query statement on the indexes of every indexed table the entry names (CDK merges them), in any order.
-      const expected = TABLES.filter((t) => t.indexes?.length && spec.access.tables[t.id]).flatMap((t) => t.indexes!.map((i) => JSON.stringify(indexArn(t, i.name))));
-      expect(onIndex.map((st) => ({ ...st, Resource: asArray(st.Resource as unknown).map((r) => JSON.stringify(r)).sort() })), spec.id).toEqual(
-        expected.length ? [{ Action: 'dynamodb:Query', Effect: 'Allow', Resource: expected.sort() }] : [],
+      const expected = TABLES.filter((t) => t.indexes?.length && spec.access.tables[t.id]).flatMap((t) =>
+        t.indexes!.map((i) => JSON.stringify(indexArn(t, i.name))),
       );
+      expect(
+        onIndex.map((st) => ({
+          ...st,
+          Resource: asArray(st.Resource as unknown)
+            .map((r) => JSON.stringify(r))
+            .sort(),
+        })),
+        spec.id,
+      ).toEqual(expected.length ? [{ Action: 'dynamodb:Query', Effect: 'Allow', Resource: expected.sort() }] : []);
     }
     // e.g. the session turn worker, which has both indexed tables
     expect(
@@ -326,8 +360,10 @@ describe('IAM', () => {
     expect(JSON.stringify(iamStatements(resources))).not.toContain('/index/*');
   });
 
-  it('uses no AWS managed policy except API Gateway\'s account-level logging role', () => {
-    const managed = ofType('AWS::IAM::Role').flatMap(([id, role]) => asArray(role.Properties?.ManagedPolicyArns as unknown[]).map((arn) => [id, JSON.stringify(arn)]));
+  it("uses no AWS managed policy except API Gateway's account-level logging role", () => {
+    const managed = ofType('AWS::IAM::Role').flatMap(([id, role]) =>
+      asArray(role.Properties?.ManagedPolicyArns as unknown[]).map((arn) => [id, JSON.stringify(arn)]),
+    );
     expect(managed.length).toBe(1);
     expect(managed[0]![1]).toContain('AmazonAPIGatewayPushToCloudWatchLogs');
   });
@@ -342,10 +378,7 @@ describe('data', () => {
       BillingMode: 'PAY_PER_REQUEST',
       PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
       SSESpecification: { SSEEnabled: true },
-      KeySchema: [
-        { AttributeName: spec.partitionKey, KeyType: 'HASH' },
-        ...(spec.sortKey ? [{ AttributeName: spec.sortKey, KeyType: 'RANGE' }] : []),
-      ],
+      KeySchema: [{ AttributeName: spec.partitionKey, KeyType: 'HASH' }, ...(spec.sortKey ? [{ AttributeName: spec.sortKey, KeyType: 'RANGE' }] : [])],
     });
     if (spec.ttlAttribute) {
       expect(table.Properties?.TimeToLiveSpecification).toEqual({ AttributeName: spec.ttlAttribute, Enabled: true });
@@ -514,7 +547,8 @@ describe('helpers for the later queue and scheduler users', () => {
     const t = Template.fromStack(probe);
     const pid = (c: IConstruct) => probe.getLogicalId((CfnElement.isCfnElement(c) ? c : c.node.defaultChild) as CfnElement);
     const probeResources = t.toJSON().Resources as typeof resources;
-    const variablesOf = (c: IConstruct) => (probeResources[pid(c)]!.Properties?.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables ?? {};
+    const variablesOf = (c: IConstruct) =>
+      (probeResources[pid(c)]!.Properties?.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables ?? {};
     expect(variablesOf(fn)).toEqual({
       RUN_QUEUE_URL: { Ref: pid(queues.byName.run.queue) },
       RUN_QUEUE_ARN: { 'Fn::GetAtt': [pid(queues.byName.run.queue), 'Arn'] },
@@ -523,7 +557,10 @@ describe('helpers for the later queue and scheduler users', () => {
       SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
       SCHEDULER_ROLE_ARN: { 'Fn::GetAtt': [pid(scheduling.role), 'Arn'] },
     });
-    expect(variablesOf(schedulesOnly)).toEqual({ SCHEDULE_GROUP_NAME: 'prompt-gateway-dev', SCHEDULER_ROLE_ARN: { 'Fn::GetAtt': [pid(scheduling.role), 'Arn'] } });
+    expect(variablesOf(schedulesOnly)).toEqual({
+      SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
+      SCHEDULER_ROLE_ARN: { 'Fn::GetAtt': [pid(scheduling.role), 'Arn'] },
+    });
     const actions = iamStatements(t.toJSON().Resources)
       .filter(({ logicalId }) => logicalId.startsWith('ProducerServiceRoleDefaultPolicy'))
       .flatMap(({ statement }) => asArray(statement.Action));
@@ -616,7 +653,10 @@ describe('scheduler', () => {
 describe('vessels', () => {
   const schedulingStatements = (id: string) => {
     const groupArn = {
-      'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':scheduler:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':schedule/prompt-gateway-dev/*']],
+      'Fn::Join': [
+        '',
+        ['arn:', { Ref: 'AWS::Partition' }, ':scheduler:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':schedule/prompt-gateway-dev/*'],
+      ],
     };
     return [
       { Action: ['scheduler:CreateSchedule', 'scheduler:DeleteSchedule'], Effect: 'Allow', Resource: groupArn },
@@ -625,14 +665,16 @@ describe('vessels', () => {
   };
   const statementsOf = (id: string) => roleStatements(resources, logicalIdOf(stack.functionOf(id).role)).map(({ statement }) => ({ id, statement }));
 
-  it('conjure and the webhook sender (only) may create and delete schedules in the gateway\'s group only, handing them only the delivery role', () => {
+  it("conjure and the webhook sender (only) may create and delete schedules in the gateway's group only, handing them only the delivery role", () => {
     expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).scheduler).map((f) => f.id)).toEqual(['ConjureApi', 'WebhookSender']);
     // Each is told the group, the role, and the queue it schedules onto (conjure: due vessels; the sender: retries).
     const targetOf = { ConjureApi: 'run', WebhookSender: 'webhook' } as const;
     for (const [id, queue] of Object.entries(targetOf)) {
       const statements = statementsOf(id);
       for (const expected of schedulingStatements(id)) expect(statements).toContainEqual(expected);
-      expect(statements.filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a.startsWith('iam:')))).toEqual(schedulingStatements(id));
+      expect(statements.filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a.startsWith('iam:')))).toEqual(
+        schedulingStatements(id),
+      );
       const spec = queueSpec(queue);
       expect(envOf(stack.functionOf(id))).toMatchObject({
         SCHEDULE_GROUP_NAME: 'prompt-gateway-dev',
@@ -646,7 +688,10 @@ describe('vessels', () => {
     expect(envOf(stack.functionOf('WebhookSender')).RUN_QUEUE_ARN).toBeUndefined();
     // The executor and the reconciler never schedule (only a cancel removes a schedule).
     for (const id of ['VesselExecutor', 'VesselReconciler']) {
-      expect(statementsOf(id).filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a === 'iam:PassRole')), id).toEqual([]);
+      expect(
+        statementsOf(id).filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('scheduler:') || a === 'iam:PassRole')),
+        id,
+      ).toEqual([]);
       expect(envOf(stack.functionOf(id)).SCHEDULE_GROUP_NAME, id).toBeUndefined();
     }
   });
@@ -662,12 +707,18 @@ describe('vessels', () => {
     expect(sendsTo('VesselReconciler')).toEqual([queueArn('run'), queueArn('webhook')]);
     expect(envOf(stack.conjure).WEBHOOK_QUEUE_URL).toBeUndefined();
     // Only the executor and the reconciler hand webhook deliveries over this way besides the sender (its retries).
-    expect(FUNCTIONS.filter((f) => (f.access.queues as readonly string[]).includes('webhook')).map((f) => f.id)).toEqual(['VesselExecutor', 'VesselReconciler', 'WebhookSender']);
+    expect(FUNCTIONS.filter((f) => (f.access.queues as readonly string[]).includes('webhook')).map((f) => f.id)).toEqual([
+      'VesselExecutor',
+      'VesselReconciler',
+      'WebhookSender',
+    ]);
   });
 
   it('the executor consumes the run queue one vessel per invocation, at most 20 at once, reporting partial batch failures', () => {
     const executor = stack.functionOf('VesselExecutor');
-    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(executor.fn) }));
+    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(
+      ([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(executor.fn) }),
+    );
     expect(mappings.map(([, m]) => m.Properties)).toEqual([
       expect.objectContaining({
         EventSourceArn: { 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.run.queue), 'Arn'] },
@@ -712,13 +763,17 @@ describe('webhooks', () => {
   const arnOf = (c: IConstruct) => ({ 'Fn::GetAtt': [logicalIdOf(c), 'Arn'] });
 
   it('the webhook sender consumes the webhook queue ten deliveries at a time, reporting partial batch failures, within 30 s', () => {
-    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(sender().fn) }));
+    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(
+      ([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(sender().fn) }),
+    );
     expect(mappings.map(([, m]) => m.Properties)).toEqual([
       expect.objectContaining({ EventSourceArn: arnOf(webhook().queue), BatchSize: 10, FunctionResponseTypes: ['ReportBatchItemFailures'] }),
     ]);
     expect(queueSpec('webhook').batchSize).toBe(10);
     // The webhook queue has no other consumer.
-    const onWebhook = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.EventSourceArn) === JSON.stringify(arnOf(webhook().queue)));
+    const onWebhook = ofType('AWS::Lambda::EventSourceMapping').filter(
+      ([, m]) => JSON.stringify(m.Properties?.EventSourceArn) === JSON.stringify(arnOf(webhook().queue)),
+    );
     expect(onWebhook).toHaveLength(1);
     // 30 s: a 10 s delivery plus bookkeeping, within the queue's consumer timeout (its visibility is 6x that).
     expect(resources[logicalIdOf(sender().fn)]!.Properties).toMatchObject({ Timeout: 30, MemorySize: 256 });
@@ -736,7 +791,14 @@ describe('webhooks', () => {
       SCHEDULER_ROLE_ARN: arnOf(stack.scheduling.role),
       VESSELS_TABLE: { Ref: logicalIdOf(stack.data.tables.Vessels) },
     });
-    for (const absent of ['ANTHROPIC_API_KEY_SECRET_ARN', 'RUN_QUEUE_URL', 'RUN_QUEUE_ARN', 'RUN_DEAD_LETTER_QUEUE_URL', 'ALLOW_LOOPBACK_URLS', 'WEBHOOK_RETRY_WAITS']) {
+    for (const absent of [
+      'ANTHROPIC_API_KEY_SECRET_ARN',
+      'RUN_QUEUE_URL',
+      'RUN_QUEUE_ARN',
+      'RUN_DEAD_LETTER_QUEUE_URL',
+      'ALLOW_LOOPBACK_URLS',
+      'WEBHOOK_RETRY_WAITS',
+    ]) {
       expect(env, absent).not.toHaveProperty(absent);
     }
   });
@@ -752,7 +814,9 @@ describe('webhooks', () => {
     ]);
     const sendsTo = statements.filter((st) => asArray(st.Action).includes('sqs:SendMessage')).flatMap((st) => asArray(st.Resource as unknown));
     // In whatever order CDK merges the statements.
-    expect(sendsTo.map((r) => JSON.stringify(r)).sort()).toEqual([arnOf(webhook().queue), arnOf(webhook().deadLetterQueue)].map((r) => JSON.stringify(r)).sort());
+    expect(sendsTo.map((r) => JSON.stringify(r)).sort()).toEqual(
+      [arnOf(webhook().queue), arnOf(webhook().deadLetterQueue)].map((r) => JSON.stringify(r)).sort(),
+    );
     // Its table: Vessels only.
     const tableIds = TABLES.map((t) => logicalIdOf(stack.data.tables[t.id]));
     const onTables = tableIds.filter((id) => JSON.stringify(statements).includes(`"${id}"`));
@@ -781,7 +845,20 @@ describe('/ws sessions', () => {
     Action: 'execute-api:ManageConnections',
     Effect: 'Allow',
     Resource: {
-      'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':execute-api:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':', { Ref: apiId() }, '/*/*/@connections/*']],
+      'Fn::Join': [
+        '',
+        [
+          'arn:',
+          { Ref: 'AWS::Partition' },
+          ':execute-api:',
+          { Ref: 'AWS::Region' },
+          ':',
+          { Ref: 'AWS::AccountId' },
+          ':',
+          { Ref: apiId() },
+          '/*/*/@connections/*',
+        ],
+      ],
     },
   });
   const stageUrl = (scheme: 'wss' | 'https') => ({
@@ -797,7 +874,10 @@ describe('/ws sessions', () => {
     const statements = statementsOf(id).filter((st) => asArray(st.Action).some((a) => a.startsWith('dynamodb:')));
     const named = (writes: boolean) =>
       TABLES.filter((t) =>
-        statements.some((st) => asArray(st.Action).includes('dynamodb:PutItem') === writes && JSON.stringify(st.Resource).includes(`"${logicalIdOf(stack.data.tables[t.id])}"`)),
+        statements.some(
+          (st) =>
+            asArray(st.Action).includes('dynamodb:PutItem') === writes && JSON.stringify(st.Resource).includes(`"${logicalIdOf(stack.data.tables[t.id])}"`),
+        ),
       )
         .map((t) => t.id)
         .sort();
@@ -806,8 +886,14 @@ describe('/ws sessions', () => {
   const manifestTables = (id: 'Sessions' | 'SessionTurn' | 'SessionSweeper') => {
     const tables = Object.entries((FUNCTIONS.find((f) => f.id === id)!.access as FunctionAccess).tables);
     return {
-      read: tables.filter(([, mode]) => mode === 'read').map(([t]) => t).sort(),
-      readwrite: tables.filter(([, mode]) => mode === 'readwrite').map(([t]) => t).sort(),
+      read: tables
+        .filter(([, mode]) => mode === 'read')
+        .map(([t]) => t)
+        .sort(),
+      readwrite: tables
+        .filter(([, mode]) => mode === 'readwrite')
+        .map(([t]) => t)
+        .sort(),
     };
   };
 
@@ -827,13 +913,19 @@ describe('/ws sessions', () => {
       expect(JSON.stringify(integration.Properties?.IntegrationUri)).toContain(JSON.stringify(fnArnOf(sessions().fn)));
     }
     // API Gateway may invoke it, from this API only; nothing else invokes it.
-    const permissions = ofType('AWS::Lambda::Permission').filter(([, p]) => JSON.stringify(p.Properties?.FunctionName) === JSON.stringify(fnArnOf(sessions().fn)));
+    const permissions = ofType('AWS::Lambda::Permission').filter(
+      ([, p]) => JSON.stringify(p.Properties?.FunctionName) === JSON.stringify(fnArnOf(sessions().fn)),
+    );
     expect(permissions.length).toBeGreaterThan(0);
     for (const [, permission] of permissions) {
       expect(permission.Properties).toMatchObject({ Action: 'lambda:InvokeFunction', Principal: 'apigateway.amazonaws.com' });
       expect(JSON.stringify(permission.Properties?.SourceArn)).toContain(JSON.stringify({ Ref: apiId() }));
     }
-    expect(ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(sessions().fn) }))).toEqual([]);
+    expect(
+      ofType('AWS::Lambda::EventSourceMapping').filter(
+        ([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(sessions().fn) }),
+      ),
+    ).toEqual([]);
     expect(resources[logicalIdOf(sessions().fn)]!.Properties).toMatchObject({ Timeout: 29, MemorySize: 512 });
   });
 
@@ -850,7 +942,7 @@ describe('/ws sessions', () => {
     expect(resources[logicalIdOf(ws().accessLogs)]!.Properties?.RetentionInDays).toBeGreaterThan(0);
   });
 
-  it('outputs SessionsWebSocketUrl: the stage\'s wss:// URL', () => {
+  it("outputs SessionsWebSocketUrl: the stage's wss:// URL", () => {
     template.hasOutput('SessionsWebSocketUrl', { Value: stageUrl('wss') });
     template.hasOutput('SessionsFunctionName', { Value: { Ref: logicalIdOf(sessions().fn) } });
   });
@@ -872,20 +964,30 @@ describe('/ws sessions', () => {
       SESSIONS_TABLE: { Ref: logicalIdOf(stack.data.tables.Sessions) },
     });
     // The handler reads the management endpoint from each event.
-    for (const absent of ['PROVIDER_KEYS_KMS_KEY_ID', 'ANTHROPIC_API_KEY_SECRET_ARN', 'RUN_QUEUE_URL', 'TURN_DEAD_LETTER_QUEUE_URL', 'WEBSOCKET_CALLBACK_URL']) {
+    for (const absent of [
+      'PROVIDER_KEYS_KMS_KEY_ID',
+      'ANTHROPIC_API_KEY_SECRET_ARN',
+      'RUN_QUEUE_URL',
+      'TURN_DEAD_LETTER_QUEUE_URL',
+      'WEBSOCKET_CALLBACK_URL',
+    ]) {
       expect(env, absent).not.toHaveProperty(absent);
     }
   });
 
   it('the turn worker consumes the turn queue one turn per invocation, reporting partial batch failures, within 15 minutes', () => {
     const turn = stack.queues.byName.turn;
-    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(turnWorker().fn) }));
+    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(
+      ([, m]) => JSON.stringify(m.Properties?.FunctionName) === JSON.stringify({ Ref: logicalIdOf(turnWorker().fn) }),
+    );
     expect(mappings.map(([, m]) => m.Properties)).toEqual([
       expect.objectContaining({ EventSourceArn: arnOf(turn.queue), BatchSize: 1, FunctionResponseTypes: ['ReportBatchItemFailures'] }),
     ]);
     expect(mappings[0]![1].Properties?.ScalingConfig).toBeUndefined();
     // The turn queue has no other consumer.
-    expect(ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.EventSourceArn) === JSON.stringify(arnOf(turn.queue)))).toHaveLength(1);
+    expect(
+      ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties?.EventSourceArn) === JSON.stringify(arnOf(turn.queue))),
+    ).toHaveLength(1);
     expect(resources[logicalIdOf(turnWorker().fn)]!.Properties).toMatchObject({ Timeout: 900, MemorySize: 1024 });
     // Visibility 6x the worker's 15 minutes; a turn message is retried three times, then parked in the DLQ (14 days).
     expect(resources[logicalIdOf(turn.queue)]!.Properties).toMatchObject({
@@ -896,7 +998,7 @@ describe('/ws sessions', () => {
     expect(queueSpec('turn')).toMatchObject({ batchSize: 1, consumerTimeoutSeconds: 900, maxReceiveCount: 3 });
   });
 
-  it('the turn worker may post to this API\'s connections, use its manifest tables, call providers, and send to the run queue only', () => {
+  it("the turn worker may post to this API's connections, use its manifest tables, call providers, and send to the run queue only", () => {
     const statements = statementsOf('SessionTurn');
     expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('execute-api:')))).toEqual([manageConnections()]);
     expect(tablesOf('SessionTurn')).toEqual(manifestTables('SessionTurn'));
@@ -909,12 +1011,16 @@ describe('/ws sessions', () => {
     // Providers: Decrypt the provider keys and read the Anthropic key, nothing else of either.
     expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('kms:') || a.startsWith('secretsmanager:')))).toEqual([
       { Action: 'kms:Decrypt', Effect: 'Allow', Resource: arnOf(stack.secrets.providerKeysKey) },
-      { Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'], Effect: 'Allow', Resource: { Ref: logicalIdOf(stack.secrets.anthropicKey) } },
+      {
+        Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'],
+        Effect: 'Allow',
+        Resource: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
+      },
     ]);
     expect(statements.flatMap((st) => asArray(st.Action)).filter((a) => a.startsWith('scheduler:') || a.startsWith('iam:'))).toEqual([]);
   });
 
-  it('the turn worker is told the stage\'s management endpoint, the run queue, the key and the secret; not the turn queue', () => {
+  it("the turn worker is told the stage's management endpoint, the run queue, the key and the secret; not the turn queue", () => {
     const env = envOf(turnWorker());
     expect(env).toMatchObject({
       WEBSOCKET_CALLBACK_URL: stageUrl('https'),
@@ -923,7 +1029,14 @@ describe('/ws sessions', () => {
       ANTHROPIC_API_KEY_SECRET_ARN: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
       SESSIONS_TABLE: { Ref: logicalIdOf(stack.data.tables.Sessions) },
     });
-    for (const absent of ['TURN_QUEUE_URL', 'TURN_QUEUE_ARN', 'TURN_DEAD_LETTER_QUEUE_URL', 'WEBHOOK_QUEUE_URL', 'SCHEDULE_GROUP_NAME', 'ALLOW_LOOPBACK_URLS']) {
+    for (const absent of [
+      'TURN_QUEUE_URL',
+      'TURN_QUEUE_ARN',
+      'TURN_DEAD_LETTER_QUEUE_URL',
+      'WEBHOOK_QUEUE_URL',
+      'SCHEDULE_GROUP_NAME',
+      'ALLOW_LOOPBACK_URLS',
+    ]) {
       expect(env, absent).not.toHaveProperty(absent);
     }
   });
@@ -932,8 +1045,14 @@ describe('/ws sessions', () => {
     const rules = ofType('AWS::Events::Rule').filter(([, r]) => JSON.stringify(r.Properties?.Targets).includes(JSON.stringify(fnArnOf(sweeper().fn))));
     expect(rules).toHaveLength(1);
     const [ruleId, rule] = rules[0]!;
-    expect(rule.Properties).toMatchObject({ ScheduleExpression: 'rate(1 minute)', State: 'ENABLED', Targets: [expect.objectContaining({ Arn: fnArnOf(sweeper().fn) })] });
-    const permissions = ofType('AWS::Lambda::Permission').filter(([, p]) => JSON.stringify(p.Properties?.FunctionName) === JSON.stringify(fnArnOf(sweeper().fn)));
+    expect(rule.Properties).toMatchObject({
+      ScheduleExpression: 'rate(1 minute)',
+      State: 'ENABLED',
+      Targets: [expect.objectContaining({ Arn: fnArnOf(sweeper().fn) })],
+    });
+    const permissions = ofType('AWS::Lambda::Permission').filter(
+      ([, p]) => JSON.stringify(p.Properties?.FunctionName) === JSON.stringify(fnArnOf(sweeper().fn)),
+    );
     expect(permissions.map(([, p]) => p.Properties)).toEqual([
       expect.objectContaining({ Action: 'lambda:InvokeFunction', Principal: 'events.amazonaws.com', SourceArn: { 'Fn::GetAtt': [ruleId, 'Arn'] } }),
     ]);
@@ -954,10 +1073,11 @@ describe('/ws sessions', () => {
     expect(actions.filter((a) => !a.startsWith('dynamodb:') && !a.startsWith('logs:')).sort()).toEqual(['execute-api:ManageConnections']);
     const env = envOf(sweeper());
     expect(env.WEBSOCKET_CALLBACK_URL).toEqual(stageUrl('https'));
-    for (const absent of ['PROVIDER_KEYS_KMS_KEY_ID', 'ANTHROPIC_API_KEY_SECRET_ARN', 'TURN_QUEUE_URL', 'RUN_QUEUE_URL']) expect(env, absent).not.toHaveProperty(absent);
+    for (const absent of ['PROVIDER_KEYS_KMS_KEY_ID', 'ANTHROPIC_API_KEY_SECRET_ARN', 'TURN_QUEUE_URL', 'RUN_QUEUE_URL'])
+      expect(env, absent).not.toHaveProperty(absent);
   });
 
-  it('only the three /ws functions may manage connections, and only this API\'s', () => {
+  it("only the three /ws functions may manage connections, and only this API's", () => {
     expect(FUNCTIONS.filter((f) => (f.access as FunctionAccess).connections).map((f) => f.id)).toEqual(['SessionTurn', 'SessionSweeper']);
     const grants = iamStatements(resources)
       .filter(({ statement }) => asArray(statement.Action).some((a) => a.startsWith('execute-api:')))
@@ -1030,7 +1150,14 @@ describe('conjure API', () => {
       StageName: 'dev',
       AccessLogSetting: { DestinationArn: Match.anyValue(), Format: Match.stringLikeRegexp('requestId') },
       MethodSettings: [
-        Match.objectLike({ HttpMethod: '*', ResourcePath: '/*', LoggingLevel: 'ERROR', DataTraceEnabled: false, ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 }),
+        Match.objectLike({
+          HttpMethod: '*',
+          ResourcePath: '/*',
+          LoggingLevel: 'ERROR',
+          DataTraceEnabled: false,
+          ThrottlingRateLimit: 50,
+          ThrottlingBurstLimit: 100,
+        }),
       ],
     });
     template.hasResourceProperties('AWS::ApiGateway::RestApi', { EndpointConfiguration: { Types: ['REGIONAL'] } });
@@ -1056,9 +1183,14 @@ describe('observability', () => {
     );
     expect(alarmNames).toEqual(
       expect.arrayContaining(
-        ['SessionsErrorRate', 'SessionTurnThrottles', 'SessionSweeperErrorRate', 'RunDeadLetterQueueDepth', 'WebhookDeadLetterQueueDepth', 'TurnDeadLetterQueueDepth'].map(
-          (n) => `prompt-gateway-dev-${n}`,
-        ),
+        [
+          'SessionsErrorRate',
+          'SessionTurnThrottles',
+          'SessionSweeperErrorRate',
+          'RunDeadLetterQueueDepth',
+          'WebhookDeadLetterQueueDepth',
+          'TurnDeadLetterQueueDepth',
+        ].map((n) => `prompt-gateway-dev-${n}`),
       ),
     );
     const alarm = (name: string) => ofType('AWS::CloudWatch::Alarm').find(([, a]) => a.Properties?.AlarmName === `prompt-gateway-dev-${name}`)![1].Properties!;
@@ -1090,7 +1222,23 @@ describe('observability', () => {
     }
     expect(JSON.stringify(alarm('GatewayErrorRate'))).toContain('"Namespace":"PromptGateway"');
     const body = JSON.stringify(resources[logicalIdOf(stack.node.findChild('Observability').node.findChild('Dashboard'))]);
-    for (const metric of ['Requests', 'Errors', 'SpendMicrodollars', 'UpstreamLatency', 'Throttles', 'Duration', 'ApproximateNumberOfMessagesVisible', '5XXError', 'VesselTriggers', 'VesselsReconciled', 'WebhookAttempts', 'WebhooksFailed', 'SessionEvents', 'SessionTurns', 'SessionsSwept']) {
+    for (const metric of [
+      'Requests',
+      'Errors',
+      'SpendMicrodollars',
+      'UpstreamLatency',
+      'Throttles',
+      'Duration',
+      'ApproximateNumberOfMessagesVisible',
+      '5XXError',
+      'VesselTriggers',
+      'VesselsReconciled',
+      'WebhookAttempts',
+      'WebhooksFailed',
+      'SessionEvents',
+      'SessionTurns',
+      'SessionsSwept',
+    ]) {
       expect(body).toContain(metric);
     }
     expect(body).toContain('p99');
@@ -1130,7 +1278,6 @@ describe('outputs', () => {
     template.hasOutput('Region', { Value: { Ref: 'AWS::Region' } });
   });
 });
-
 
 describe('a new function is one manifest entry', () => {
   // Any existing handler file stands in for the new ones: bundling is skipped here.
@@ -1234,9 +1381,15 @@ describe('a new function is one manifest entry', () => {
       .filter((r) => r.Type === 'AWS::ApiGatewayV2::Route')
       .map((r) => r.Properties?.RouteKey);
     expect(routeKeys.sort()).toEqual(['$connect', '$default', '$disconnect']);
-    t.hasResourceProperties('AWS::ApiGatewayV2::Stage', { StageName: 'dev', AutoDeploy: true, AccessLogSettings: { DestinationArn: Match.anyValue(), Format: Match.anyValue() } });
+    t.hasResourceProperties('AWS::ApiGatewayV2::Stage', {
+      StageName: 'dev',
+      AutoDeploy: true,
+      AccessLogSettings: { DestinationArn: Match.anyValue(), Format: Match.anyValue() },
+    });
     t.hasResourceProperties('AWS::Lambda::Permission', { Principal: 'apigateway.amazonaws.com', FunctionName: fnArn('Sessions') });
-    expect(Object.keys(json.Outputs)).toEqual(expect.arrayContaining(['SessionsWebSocketUrl', 'SessionsFunctionName', 'WebhookProbeFunctionName', 'SweeperFunctionName']));
+    expect(Object.keys(json.Outputs)).toEqual(
+      expect.arrayContaining(['SessionsWebSocketUrl', 'SessionsFunctionName', 'WebhookProbeFunctionName', 'SweeperFunctionName']),
+    );
 
     // schedule: an EventBridge rule on the expression, targeting the function
     t.hasResourceProperties('AWS::Events::Rule', {
@@ -1251,7 +1404,9 @@ describe('a new function is one manifest entry', () => {
       return [
         ...new Set(
           iamStatements(json.Resources)
-            .filter(({ logicalId }) => asArray(json.Resources[logicalId]!.Properties?.Roles as unknown[]).some((r) => JSON.stringify(r) === JSON.stringify({ Ref: roleId })))
+            .filter(({ logicalId }) =>
+              asArray(json.Resources[logicalId]!.Properties?.Roles as unknown[]).some((r) => JSON.stringify(r) === JSON.stringify({ Ref: roleId })),
+            )
             .flatMap(({ statement }) => asArray(statement.Action)),
         ),
       ].sort();
@@ -1263,11 +1418,13 @@ describe('a new function is one manifest entry', () => {
     expect(actionsOf('Sessions')).toEqual(expect.arrayContaining(['execute-api:ManageConnections', 'dynamodb:PutItem']));
     expect(actionsOf('Sweeper').filter((a) => !a.startsWith('dynamodb:') && !a.startsWith('logs:'))).toEqual([]);
 
-    const findings = gatewayNagPacks(probeApp).flatMap((pack) => pack.validateScope(probe).violations.map((v) => `${v.ruleName} ${JSON.stringify(v.violatingResources.map((r) => r.resourceLogicalId))}`));
+    const findings = gatewayNagPacks(probeApp).flatMap((pack) =>
+      pack.validateScope(probe).violations.map((v) => `${v.ruleName} ${JSON.stringify(v.violatingResources.map((r) => r.resourceLogicalId))}`),
+    );
     expect(findings).toEqual([]);
   });
 
-  it('an sqs consumer that may outlive its queue\'s visibility timeout is refused at synth', () => {
+  it("an sqs consumer that may outlive its queue's visibility timeout is refused at synth", () => {
     expect(
       () =>
         new GatewayStack(testApp(), 'TooSlow', {

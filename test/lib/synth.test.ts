@@ -33,7 +33,7 @@ describe('npx cdk synth', () => {
     );
     const hint = /Cloud assembly schema version mismatch/.test(result.stderr)
       ? '\nThe installed aws-cdk CLI is older than the cloud assembly aws-cdk-lib writes: package.json needs aws-cdk ^2.1148.1 ' +
-        '(npm\'s aws-cdk@3.0.0 is a 2025-04 build that reads schema ≤ 43).'
+        "(npm's aws-cdk@3.0.0 is a 2025-04 build that reads schema ≤ 43)."
       : '';
     expect(result.code, `cdk synth failed:${hint}\n${result.stderr}${result.stdout}`).toBe(0);
 

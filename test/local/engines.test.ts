@@ -63,10 +63,18 @@ function processTree(pid: number): number[] {
 /** /proc/net/tcp{,6} hold addresses as 32-bit words in host (little-endian) byte order. */
 function decodeAddress(hex: string): string {
   const words = hex.match(/.{8}/g)!.map((w) => w.match(/../g)!.reverse().join(''));
-  if (words.length === 1) return words[0]!.match(/../g)!.map((b) => parseInt(b, 16)).join('.');
+  if (words.length === 1)
+    return words[0]!
+      .match(/../g)!
+      .map((b) => parseInt(b, 16))
+      .join('.');
   const v6 = words.join('');
   if (v6.toUpperCase().startsWith('00000000000000000000FFFF')) {
-    return `::ffff:${v6.slice(24).match(/../g)!.map((b) => parseInt(b, 16)).join('.')}`;
+    return `::ffff:${v6
+      .slice(24)
+      .match(/../g)!
+      .map((b) => parseInt(b, 16))
+      .join('.')}`;
   }
   const groups = v6.match(/.{4}/g)!.map((g) => parseInt(g, 16).toString(16));
   return groups.join(':').replace(/(^|:)0(:0)+(:|$)/, '::');
@@ -178,7 +186,13 @@ describe.runIf(LINUX_PROC)('the local runtime in this process (its own DynamoDB 
 
       expect(mode(dataDir)).toBe(0o700);
       expect(mode(join(dataDir, 'dynamodb'))).toBe(0o700);
-      const files = ['runtime.json', 'dev-token.txt', 'provider-keys.key', 'schedules.json', ...readdirSync(join(dataDir, 'dynamodb')).map((f) => join('dynamodb', f))];
+      const files = [
+        'runtime.json',
+        'dev-token.txt',
+        'provider-keys.key',
+        'schedules.json',
+        ...readdirSync(join(dataDir, 'dynamodb')).map((f) => join('dynamodb', f)),
+      ];
       expect(files).toContain(join('dynamodb', 'shared-local-instance.db'));
       expect(Object.fromEntries(files.map((f) => [f, mode(join(dataDir, f)).toString(8)]))).toEqual(Object.fromEntries(files.map((f) => [f, '600'])));
     } finally {
@@ -283,7 +297,11 @@ describe.runIf(LINUX_PROC)('DynamoDB Local ends with the process that started it
         `setInterval(() => {}, 1000);`,
       ].join('\n'),
     );
-    const child = spawn(join(BIN, 'tsx'), [script], { cwd: ROOT, env: cleanEnv({ PATH: `${BIN}:${process.env.PATH ?? ''}` }), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(join(BIN, 'tsx'), [script], {
+      cwd: ROOT,
+      env: cleanEnv({ PATH: `${BIN}:${process.env.PATH ?? ''}` }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     try {
@@ -295,7 +313,10 @@ describe.runIf(LINUX_PROC)('DynamoDB Local ends with the process that started it
       const { pid } = JSON.parse(stdout) as { pid: number };
       expect(readFileSync(`/proc/${pid}/comm`, 'utf8').trim()).toBe('java');
       // SIGKILL the whole Node side (tsx and the node it runs): no handler of ours runs.
-      for (const p of processTree(child.pid!).filter((p) => p !== pid).reverse()) process.kill(p, 'SIGKILL');
+      for (const p of processTree(child.pid!)
+        .filter((p) => p !== pid)
+        .reverse())
+        process.kill(p, 'SIGKILL');
       const gone = Date.now() + 20_000;
       while (existsSync(`/proc/${pid}`) && !/^\S+ \S+ Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/\(.*\)/, 'x'))) {
         if (Date.now() > gone) {
@@ -313,7 +334,8 @@ describe.runIf(LINUX_PROC)('DynamoDB Local ends with the process that started it
 describe('without Java', () => {
   // node and tsx (node_modules/.bin) but no java; JAVA_HOME unset.
   const noJava = () => cleanEnv({ PATH: BIN });
-  const INSTALL = 'DynamoDB Local needs Java 17 or newer: no "java" command was found on PATH.\nInstall it, then run this again:\n  Debian/Ubuntu:  sudo apt-get install openjdk-17-jre-headless\n';
+  const INSTALL =
+    'DynamoDB Local needs Java 17 or newer: no "java" command was found on PATH.\nInstall it, then run this again:\n  Debian/Ubuntu:  sudo apt-get install openjdk-17-jre-headless\n';
 
   it('npm start says what to install and exits 1, without a stack trace', async () => {
     const r = await run(npmStartCommand(), cleanEnv({ PATH: BIN, DATA_DIR: join(tmp(), 'data') }));

@@ -24,7 +24,11 @@ describe('invocation limit', () => {
     const body = { model: 'claude-sonnet-4-6', max_tokens: 400, stream: true, messages: [{ role: 'user', content: '[[words:200]] [[delay:50]]' }] };
     gw.upstreams.anthropic!.requests.length = 0;
     const started = Date.now();
-    const res = await fetch(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': token, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const res = await fetch(`${gw.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': token, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
     expect(res.status).toBe(200);
     const text = await res.text().catch(() => 'cut');
     const elapsed = Date.now() - started;

@@ -41,14 +41,19 @@ async function until(cond: () => boolean, timeoutMs = 8000): Promise<void> {
   }
 }
 
-function serve(handler: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => Promise<void>): Promise<{ url: string; server: Server }> {
+function serve(
+  handler: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => Promise<void>,
+): Promise<{ url: string; server: Server }> {
   const server = createServer((req, res) => void handler(req, res));
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, server })));
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, server })),
+  );
 }
-const close = (server: Server) => new Promise<void>((r) => {
-  server.close(() => r());
-  server.closeAllConnections();
-});
+const close = (server: Server) =>
+  new Promise<void>((r) => {
+    server.close(() => r());
+    server.closeAllConnections();
+  });
 
 describe('streaming through the local function-URL adapter', () => {
   let url: string;
@@ -89,7 +94,11 @@ describe('streaming through the local function-URL adapter', () => {
   it('delivers each SSE event when it is produced, not all at the end', async () => {
     produced.length = 0;
     const started = performance.now();
-    const res = await fetch(`${url}/stream?x=1`, { method: 'POST', headers: { 'content-type': 'application/json', cookie: 'a=1; b=2' }, body: '{"hello":"world"}' });
+    const res = await fetch(`${url}/stream?x=1`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', cookie: 'a=1; b=2' },
+      body: '{"hello":"world"}',
+    });
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/event-stream');
     expect(res.headers.get('x-custom')).toBe('yes');
@@ -146,7 +155,9 @@ describe('streaming through the local function-URL adapter', () => {
   });
 
   it('binary bodies arrive base64-encoded in the event', async () => {
-    await fetch(`${url}/bin`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: new Uint8Array([0, 1, 2, 255]) }).then((r) => r.text());
+    await fetch(`${url}/bin`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: new Uint8Array([0, 1, 2, 255]) }).then((r) =>
+      r.text(),
+    );
     expect(seenEvent).toMatchObject({ isBase64Encoded: true, body: Buffer.from([0, 1, 2, 255]).toString('base64') });
   });
 });
@@ -207,7 +218,9 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
     return out.QueueUrl!;
   }
   async function depth(queueUrl: string): Promise<{ visible: number; inFlight: number }> {
-    const out = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }));
+    const out = await sqs.send(
+      new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }),
+    );
     return { visible: Number(out.Attributes?.ApproximateNumberOfMessages), inFlight: Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible) };
   }
   async function until(cond: () => boolean, timeoutMs = 8000): Promise<void> {
@@ -238,7 +251,10 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
       const out = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.urls[spec.envVar], AttributeNames: ['VisibilityTimeout', 'RedrivePolicy'] }));
       expect(Number(out.Attributes?.VisibilityTimeout), spec.name).toBe(spec.consumerTimeoutSeconds * 6);
       const dlq = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.deadLetterUrls[spec.deadLetterEnvVar], AttributeNames: ['QueueArn'] }));
-      expect(JSON.parse(out.Attributes?.RedrivePolicy ?? '{}'), spec.name).toMatchObject({ deadLetterTargetArn: dlq.Attributes?.QueueArn, maxReceiveCount: spec.maxReceiveCount });
+      expect(JSON.parse(out.Attributes?.RedrivePolicy ?? '{}'), spec.name).toMatchObject({
+        deadLetterTargetArn: dlq.Attributes?.QueueArn,
+        maxReceiveCount: spec.maxReceiveCount,
+      });
     }
   });
 
@@ -327,7 +343,12 @@ describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
       await s1.cancel('millis');
       await s1.cancel('doomed');
       await s1.cancel('never-existed');
-      expect(s1.pending().map((s) => s.name).sort()).toEqual(['due', 'future']);
+      expect(
+        s1
+          .pending()
+          .map((s) => s.name)
+          .sort(),
+      ).toEqual(['due', 'future']);
 
       // a second instance (a restart) reads the file
       const s2 = new LocalScheduler({ file, sqs, targetQueueUrl: queueUrl });
@@ -435,9 +456,15 @@ describe('startGateway serves an sqs function of the manifest', () => {
         // The good message was deleted, the failed one is in flight (it returns to the queue), nothing else.
         await sleep(200);
         const out = await sqs.send(
-          new GetQueueAttributesCommand({ QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }),
+          new GetQueueAttributesCommand({
+            QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL,
+            AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+          }),
         );
-        expect({ visible: Number(out.Attributes?.ApproximateNumberOfMessages), inFlight: Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible) }).toEqual({ visible: 0, inFlight: 1 });
+        expect({
+          visible: Number(out.Attributes?.ApproximateNumberOfMessages),
+          inFlight: Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible),
+        }).toEqual({ visible: 0, inFlight: 1 });
       } finally {
         sqs.destroy();
       }
@@ -569,7 +596,7 @@ describe('startGateway serves schedule functions, scales queue consumers out and
     expect(recorder.running).toBe(0);
   });
 
-  it('hands the handlers the scheduler stand-in: SCHEDULER_ENDPOINT, the local group and role, the queues\' fauxqs ARNs and dead-letter queues', async () => {
+  it("hands the handlers the scheduler stand-in: SCHEDULER_ENDPOINT, the local group and role, the queues' fauxqs ARNs and dead-letter queues", async () => {
     let gw: Awaited<ReturnType<typeof startGateway>> | undefined;
     try {
       gw = await startGateway({ dynamoEndpoint: inject('dynamoEndpoint'), tablePrefix: 'schedenv', simulateUpstreams: true });
@@ -683,7 +710,7 @@ describe('the local event source mapping, as Lambda decides', () => {
     expect(succeededMessages(messages, { result: { batchItemFailures: [{ itemIdentifier: '' }] } })).toEqual([]);
   });
 
-  it('message attributes arrive in the event\'s spelling', () => {
+  it("message attributes arrive in the event's spelling", () => {
     const record = sqsRecord(
       {
         MessageId: 'm',

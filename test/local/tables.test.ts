@@ -40,7 +40,10 @@ describe('the tables of TABLES in DynamoDB Local', () => {
       ['reconcile', 'reconcileShard', 'reconcileAt'],
     ] as const;
     for (const [name, hash, range] of expected) {
-      expect(vessels.GlobalSecondaryIndexes!.find((i) => i.IndexName === name), name).toMatchObject({
+      expect(
+        vessels.GlobalSecondaryIndexes!.find((i) => i.IndexName === name),
+        name,
+      ).toMatchObject({
         IndexName: name,
         IndexStatus: 'ACTIVE',
         KeySchema: [
@@ -90,7 +93,10 @@ describe('the tables of TABLES in DynamoDB Local', () => {
 
     await ensureTables(own.endpoint, p);
     const after = await describeTable(name, client);
-    expect(after.GlobalSecondaryIndexes?.map((i) => [i.IndexName, i.IndexStatus]).sort()).toEqual([['parked', 'ACTIVE'], ['reconcile', 'ACTIVE']]);
+    expect(after.GlobalSecondaryIndexes?.map((i) => [i.IndexName, i.IndexStatus]).sort()).toEqual([
+      ['parked', 'ACTIVE'],
+      ['reconcile', 'ACTIVE'],
+    ]);
     expect(await sparseQuery(name, client)).toEqual(['vessel#watched']);
 
     await ensureTables(own.endpoint, p);

@@ -26,7 +26,9 @@ function connect(url: string, headers: Record<string, string> = {}): Promise<Web
     ws.once('unexpected-response', (_req, res: IncomingMessage) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => reject(Object.assign(new Error(`refused ${res.statusCode}`), { status: res.statusCode, body: Buffer.concat(chunks).toString('utf8') })));
+      res.on('end', () =>
+        reject(Object.assign(new Error(`refused ${res.statusCode}`), { status: res.statusCode, body: Buffer.concat(chunks).toString('utf8') })),
+      );
     });
     ws.once('error', reject);
   });
@@ -212,7 +214,12 @@ describe('startGateway serves a websocket function at /ws', () => {
     const ws = await connect(`${gw.websocket!.url}?token=ok&n=boom`);
     try {
       ws.send('boom');
-      expect(await echo(ws, 'after')).toEqual({ connectionId: connectOf('boom').requestContext.connectionId, route: '$default', body: 'after', isBase64Encoded: false });
+      expect(await echo(ws, 'after')).toEqual({
+        connectionId: connectOf('boom').requestContext.connectionId,
+        route: '$default',
+        body: 'after',
+        isBase64Encoded: false,
+      });
       await until(() => errors.some((e) => e.includes('web-socket-echo ($default) failed') && e.includes('boom on purpose')));
       expect(ws.readyState).toBe(WebSocket.OPEN);
     } finally {
@@ -292,7 +299,9 @@ describe('startGateway serves a websocket function at /ws', () => {
       expect(connectOf('get').requestContext.identity).toEqual({ sourceIp: '127.0.0.1', userAgent: 'ws-test/1' });
       // PostToConnection: UTF-8 bytes arrive as a text frame, anything else as a binary one.
       const sender = apiGatewayConnectionSender(gw.websocket!.managementEndpoint);
-      let frame = new Promise<{ data: Buffer; isBinary: boolean }>((r) => ws.once('message', (data: RawData, isBinary) => r({ data: data as Buffer, isBinary })));
+      let frame = new Promise<{ data: Buffer; isBinary: boolean }>((r) =>
+        ws.once('message', (data: RawData, isBinary) => r({ data: data as Buffer, isBinary })),
+      );
       expect(await sender.send(id, 'plain ✓')).toBe(true);
       expect(await frame).toEqual({ data: Buffer.from('plain ✓'), isBinary: false });
       frame = new Promise((r) => ws.once('message', (data: RawData, isBinary) => r({ data: data as Buffer, isBinary })));

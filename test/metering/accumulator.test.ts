@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { MessageAccumulator } from '../../lambdas/metering/accumulator.ts';
 
 /** The accumulator meters usage as Anthropic sends it (distrusting only what is really implausible) and rebuilds the message. */
-const sse = (events: object[]) => new TextEncoder().encode(events.map((e) => `event: ${(e as { type: string }).type}\ndata: ${JSON.stringify(e)}\n\n`).join(''));
+const sse = (events: object[]) =>
+  new TextEncoder().encode(events.map((e) => `event: ${(e as { type: string }).type}\ndata: ${JSON.stringify(e)}\n\n`).join(''));
 
 function meter(events: object[]): MessageAccumulator {
   const m = new MessageAccumulator();
@@ -19,11 +20,21 @@ describe('MessageAccumulator: usage', () => {
     const m = meter([
       start,
       ...deltas,
-      { type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { input_tokens: null, output_tokens: 7, cache_read_input_tokens: null, server_tool_use: null } },
+      {
+        type: 'message_delta',
+        delta: { stop_reason: 'end_turn' },
+        usage: { input_tokens: null, output_tokens: 7, cache_read_input_tokens: null, server_tool_use: null },
+      },
       { type: 'message_stop' },
     ]);
     expect(m.usageUntrusted).toBe(false);
-    expect(m.tokens(999, 100)).toEqual({ input_tokens: 40, output_tokens: 7, cache_read_input_tokens: 5, cache_creation_input_tokens: 0, web_search_requests: 0 });
+    expect(m.tokens(999, 100)).toEqual({
+      input_tokens: 40,
+      output_tokens: 7,
+      cache_read_input_tokens: 5,
+      cache_creation_input_tokens: 0,
+      web_search_requests: 0,
+    });
   });
 
   it('an implausible figure makes the whole usage object untrusted; the charge falls back to what was produced', () => {
@@ -34,7 +45,16 @@ describe('MessageAccumulator: usage', () => {
 });
 
 describe('MessageAccumulator: the message, rebuilt once from the stream', () => {
-  const message = { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-x', content: [], stop_reason: null, stop_sequence: null, usage: start.message.usage };
+  const message = {
+    id: 'msg_1',
+    type: 'message',
+    role: 'assistant',
+    model: 'claude-x',
+    content: [],
+    stop_reason: null,
+    stop_sequence: null,
+    usage: start.message.usage,
+  };
   const events = [
     { type: 'message_start', message },
     { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } },

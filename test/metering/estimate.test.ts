@@ -71,18 +71,46 @@ const WORDS = (
 ).split(' ');
 
 const SCRIPTS: [number, number][] = [
-  [0x0041, 0x005a], [0x0061, 0x007a], [0x00c0, 0x00ff], [0x0391, 0x03c9], [0x0410, 0x044f], [0x05d0, 0x05ea],
-  [0x0621, 0x064a], [0x0905, 0x0939], [0x0e01, 0x0e30], [0x10d0, 0x10f0], [0x0531, 0x0556], [0x0b85, 0x0bb9],
-  [0x1100, 0x1112], [0x4e00, 0x9fff], [0x3041, 0x3096], [0xac00, 0xd7a3], [0x1200, 0x1248], [0x13a0, 0x13f4],
+  [0x0041, 0x005a],
+  [0x0061, 0x007a],
+  [0x00c0, 0x00ff],
+  [0x0391, 0x03c9],
+  [0x0410, 0x044f],
+  [0x05d0, 0x05ea],
+  [0x0621, 0x064a],
+  [0x0905, 0x0939],
+  [0x0e01, 0x0e30],
+  [0x10d0, 0x10f0],
+  [0x0531, 0x0556],
+  [0x0b85, 0x0bb9],
+  [0x1100, 0x1112],
+  [0x4e00, 0x9fff],
+  [0x3041, 0x3096],
+  [0xac00, 0xd7a3],
+  [0x1200, 0x1248],
+  [0x13a0, 0x13f4],
 ];
 const COMBINING = [0x0300, 0x0301, 0x0308, 0x0323, 0x0338, 0x064b, 0x093c, 0x0e48, 0x20d7];
 /** Compatibility characters whose NFKC form is longer in UTF-8 than they are (U+FDFA: 3 bytes → 33). */
 const NFKC_EXPANDING: [number, number][] = [
-  [0xfdfa, 0xfdfb], [0xfdf0, 0xfdf9], [0x3300, 0x3357], [0x3380, 0x33df], [0x2474, 0x249b], [0x3200, 0x321e],
-  [0x2150, 0x215f], [0x1f100, 0x1f10a], [0xfb00, 0xfb06], [0x2160, 0x216f],
+  [0xfdfa, 0xfdfb],
+  [0xfdf0, 0xfdf9],
+  [0x3300, 0x3357],
+  [0x3380, 0x33df],
+  [0x2474, 0x249b],
+  [0x3200, 0x321e],
+  [0x2150, 0x215f],
+  [0x1f100, 0x1f10a],
+  [0xfb00, 0xfb06],
+  [0x2160, 0x216f],
 ];
 /** Compatibility characters whose NFKC form is shorter (fullwidth forms, mathematical alphanumerics, circled). */
-const NFKC_SHRINKING: [number, number][] = [[0xff01, 0xff5e], [0x1d400, 0x1d7ff], [0x2460, 0x2473], [0x24b6, 0x24e9]];
+const NFKC_SHRINKING: [number, number][] = [
+  [0xff01, 0xff5e],
+  [0x1d400, 0x1d7ff],
+  [0x2460, 0x2473],
+  [0x24b6, 0x24e9],
+];
 const REPEATED = ['ﷺ', '㌀', '⑴', '½', 'ﬃ', '中', '😀', 'a', 'Z', ' ', '\n', '.', '0', '"', '\\', '<', '&', 'é', '\u0301', '\u200d', '\u0000', '\ud83d'];
 const from = (r: Rng, ranges: readonly [number, number][]) => {
   const [lo, hi] = r.pick(ranges);
@@ -108,7 +136,15 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
     fill(length, () =>
       r.next() < 0.05
         ? r.pick(['。', '、', '「', '」', ' ', 'AI ', '2025年'])
-        : from(r, [[0x4e00, 0x9fff], [0x3400, 0x4dbf], [0x20000, 0x2a6df], [0x3041, 0x3096], [0x30a1, 0x30fa], [0xac00, 0xd7a3], [0x3000, 0x303f]]),
+        : from(r, [
+            [0x4e00, 0x9fff],
+            [0x3400, 0x4dbf],
+            [0x20000, 0x2a6df],
+            [0x3041, 0x3096],
+            [0x30a1, 0x30fa],
+            [0xac00, 0xd7a3],
+            [0x3000, 0x303f],
+          ]),
     ),
   'emoji (ZWJ, skin tones, flags, tags)': (r, length) => {
     const person = () => cp(r.pick([0x1f468, 0x1f469, 0x1f466, 0x1f467, 0x1f9d1])) + (r.next() < 0.5 ? cp(r.int(0x1f3fb, 0x1f3ff)) : '');
@@ -137,7 +173,8 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
   },
   'source code': (r, length) =>
     fill(length, () => {
-      const id = () => r.pick(['user', 'budget', 'req', 'ctx', 'tokens', 'i', 'x', 'result', 'handler', 'ŝtate', 'données']) + (r.next() < 0.5 ? String(r.int(0, 99)) : '');
+      const id = () =>
+        r.pick(['user', 'budget', 'req', 'ctx', 'tokens', 'i', 'x', 'result', 'handler', 'ŝtate', 'données']) + (r.next() < 0.5 ? String(r.int(0, 99)) : '');
       switch (r.int(0, 4)) {
         case 0:
           return `export function ${id()}(${id()}: number, ${id()}?: string): Promise<void> {\n  const ${id()} = await fetch(\`/v1/\${${id()}}\`, { method: 'POST' });\n  if (!${id()}.ok) throw new Error("failed: " + ${id()}.status);\n}\n\n`;
@@ -157,7 +194,12 @@ const CORPUS: Record<string, (r: Rng, length: number) => string> = {
       return r.pick([digits, `${digits}.${r.int(0, 99_999)}`, Number(digits.slice(0, 12)).toLocaleString('en-US'), `${digits} `]);
     }),
   'whitespace runs': (r, length) =>
-    fill(length, () => r.pick([' ', '\t', '\n', '\r\n', '\u00a0', '\u3000', '\u2003', '\u200b', '\u2028', '\v', '\f']).repeat(r.int(1, 300)) + (r.next() < 0.3 ? r.pick(WORDS) : '')),
+    fill(
+      length,
+      () =>
+        r.pick([' ', '\t', '\n', '\r\n', '\u00a0', '\u3000', '\u2003', '\u200b', '\u2028', '\v', '\f']).repeat(r.int(1, 300)) +
+        (r.next() < 0.3 ? r.pick(WORDS) : ''),
+    ),
   'repeated single character': (() => {
     let at = 0;
     return (_r: Rng, length: number) => {
@@ -289,11 +331,13 @@ describe('estimateInputTokens is an upper bound on real tokenizers', () => {
     });
 
     const order = (key: string) => (key.startsWith('any class') ? 2 : key.startsWith('tools:') ? 1 : 0);
-    const rows = [...ratios].sort(([a], [b]) => order(a) - order(b)).map(([key, values]) => {
-      const sorted = values.sort((a, b) => a - b);
-      const [klass, tokenizer] = key.split('\t');
-      return `${klass!.padEnd(42)} ${tokenizer!.padEnd(7)} n=${String(sorted.length).padStart(3)}  min ${sorted[0]!.toFixed(2).padStart(7)}  median ${quantile(sorted, 0.5).toFixed(2).padStart(7)}  max ${sorted.at(-1)!.toFixed(2).padStart(8)}`;
-    });
+    const rows = [...ratios]
+      .sort(([a], [b]) => order(a) - order(b))
+      .map(([key, values]) => {
+        const sorted = values.sort((a, b) => a - b);
+        const [klass, tokenizer] = key.split('\t');
+        return `${klass!.padEnd(42)} ${tokenizer!.padEnd(7)} n=${String(sorted.length).padStart(3)}  min ${sorted[0]!.toFixed(2).padStart(7)}  median ${quantile(sorted, 0.5).toFixed(2).padStart(7)}  max ${sorted.at(-1)!.toFixed(2).padStart(8)}`;
+      });
     console.log(
       `estimate ÷ real tokens: ${corpus.length} texts × ${PLACEMENTS.length} placements × 2 tokenizers = ${checks} checks ` +
         `(class rows: the ${PLACEMENTS.filter((p) => !p.tools).length} text placements; the max comes from each class's one short text, ` +

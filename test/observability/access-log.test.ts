@@ -25,11 +25,18 @@ describe('access log (local runtime)', () => {
     const cost = response.headers.get('x-gateway-cost-microdollars');
     await until(() => lines.length >= 1);
     expect(lines[0]).toMatch(
-      new RegExp(`^POST /v1/messages 200 claude-sonnet-4-6 ${gw.projectId}/logged ${cost}µ\\$ upstream \\d+ ms, total \\d+ ms ${response.headers.get('request-id')}$`),
+      new RegExp(
+        `^POST /v1/messages 200 claude-sonnet-4-6 ${gw.projectId}/logged ${cost}µ\\$ upstream \\d+ ms, total \\d+ ms ${response.headers.get('request-id')}$`,
+      ),
     );
     expect(message.type).toBe('message');
 
-    const stream = await client.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 20, stream: true, messages: [{ role: 'user', content: '[[words:4]]' }] });
+    const stream = await client.messages.create({
+      model: 'claude-sonnet-4-6',
+      max_tokens: 20,
+      stream: true,
+      messages: [{ role: 'user', content: '[[words:4]]' }],
+    });
     for await (const _ of stream) void _;
     await until(() => lines.length >= 2);
     expect(lines[1]).toMatch(new RegExp(`^POST /v1/messages 200 claude-sonnet-4-6 ${gw.projectId}/logged \\d+µ\\$ upstream \\d+ ms, total \\d+ ms req_gw_`));

@@ -186,7 +186,14 @@ describe('with ALLOW_LOOPBACK_URLS=1', () => {
 
   it('still refuses every other private address', async () => {
     fakeDns({ 'home.example': ['192.168.4.2'], 'meta.example': ['169.254.169.254'], 'both.example': ['127.0.0.1', '10.0.0.1'] });
-    for (const url of ['http://10.0.0.1/', 'http://169.254.169.254/latest/meta-data/', 'http://[fe80::1]/', 'http://home.example/', 'http://meta.example/', 'http://both.example/']) {
+    for (const url of [
+      'http://10.0.0.1/',
+      'http://169.254.169.254/latest/meta-data/',
+      'http://[fe80::1]/',
+      'http://home.example/',
+      'http://meta.example/',
+      'http://both.example/',
+    ]) {
       expect((await refusedWith(outboundFetch(url))).reason, url).toBe('address');
     }
   });

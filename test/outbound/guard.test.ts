@@ -35,12 +35,17 @@ describe('checkUrl', () => {
     expect(checkUrl('http://localhost:3000/').hostname).toBe('localhost');
   });
 
-  it.each(['file:///etc/passwd', 'ftp://example.com/x', 'data:text/plain,hi', 'ws://example.com/', 'wss://example.com/', 'gopher://example.com/', 'javascript:alert(1)'])(
-    'refuses the scheme of %s',
-    (url) => {
-      expect(refusal(() => checkUrl(url)).reason).toBe('scheme');
-    },
-  );
+  it.each([
+    'file:///etc/passwd',
+    'ftp://example.com/x',
+    'data:text/plain,hi',
+    'ws://example.com/',
+    'wss://example.com/',
+    'gopher://example.com/',
+    'javascript:alert(1)',
+  ])('refuses the scheme of %s', (url) => {
+    expect(refusal(() => checkUrl(url)).reason).toBe('scheme');
+  });
 
   it.each(['http://user:pw@example.com/', 'https://user@example.com/', 'http://:pw@example.com/'])('refuses credentials in %s', (url) => {
     expect(refusal(() => checkUrl(url)).reason).toBe('credentials');
@@ -87,7 +92,14 @@ describe('checkUrl', () => {
     for (const url of ['http://127.0.0.1:9/', 'http://127.1/', 'http://2130706433/', 'http://[::1]/', 'http://[::ffff:127.0.0.1]/']) {
       expect(checkUrl(url).protocol).toBe('http:');
     }
-    for (const url of ['http://10.0.0.1/', 'http://169.254.169.254/', 'http://192.168.1.1/', 'http://0.0.0.0/', 'http://[fe80::1]/', 'http://[64:ff9b::7f00:1]/']) {
+    for (const url of [
+      'http://10.0.0.1/',
+      'http://169.254.169.254/',
+      'http://192.168.1.1/',
+      'http://0.0.0.0/',
+      'http://[fe80::1]/',
+      'http://[64:ff9b::7f00:1]/',
+    ]) {
       expect(refusal(() => checkUrl(url)).reason).toBe('address');
     }
   });
@@ -189,7 +201,19 @@ describe('isForbiddenAddress', () => {
     for (const ip of ['127.0.0.1', '127.255.255.254', '::1', '::ffff:127.0.0.1', '::ffff:7f00:1']) {
       expect(isForbiddenAddress(ip, opts), ip).toBe(false);
     }
-    for (const ip of ['10.0.0.1', '169.254.169.254', '192.168.1.1', '0.0.0.0', '::', 'fe80::1', 'fc00::1', '64:ff9b::7f00:1', '2002:7f00:1::', '::7f00:1', '100.64.0.1']) {
+    for (const ip of [
+      '10.0.0.1',
+      '169.254.169.254',
+      '192.168.1.1',
+      '0.0.0.0',
+      '::',
+      'fe80::1',
+      'fc00::1',
+      '64:ff9b::7f00:1',
+      '2002:7f00:1::',
+      '::7f00:1',
+      '100.64.0.1',
+    ]) {
       expect(isForbiddenAddress(ip, opts), ip).toBe(true);
     }
   });

@@ -61,7 +61,11 @@ describe('concurrency by tier, across projects', () => {
     const shared = await developerWithProjects(1_000_000, 0, 2);
     const other = await developerWithProjects(1_000_000);
     const [a, b] = shared.projects as [string, string];
-    const results = await Promise.all([...Array.from({ length: 10 }, () => admit(a)), ...Array.from({ length: 10 }, () => admit(b)), ...Array.from({ length: 10 }, () => admit(other.projects[0]!))]);
+    const results = await Promise.all([
+      ...Array.from({ length: 10 }, () => admit(a)),
+      ...Array.from({ length: 10 }, () => admit(b)),
+      ...Array.from({ length: 10 }, () => admit(other.projects[0]!)),
+    ]);
     expect(admittedCount(results.slice(0, 20))).toBe(2);
     expect(admittedCount(results.slice(20))).toBe(2);
   });

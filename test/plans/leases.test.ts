@@ -43,7 +43,9 @@ function held(result: Awaited<ReturnType<typeof acquireLease>>): Lease {
 }
 
 async function storedItem(developerId: string) {
-  const out = await documentClient().send(new GetCommand({ TableName: env().LEASES_TABLE, Key: { pk: `leases#${developerId}`, sk: 'leases' }, ConsistentRead: true }));
+  const out = await documentClient().send(
+    new GetCommand({ TableName: env().LEASES_TABLE, Key: { pk: `leases#${developerId}`, sk: 'leases' }, ConsistentRead: true }),
+  );
   return out.Item!;
 }
 
@@ -91,7 +93,10 @@ describe('acquisition never admits more than the tier allows', () => {
 
   it('two developers never affect each other', async () => {
     const [a, b] = [developer(), developer()];
-    await Promise.all([...Array.from({ length: 20 }, () => acquireLease(a, holder(), 2, T0)), ...Array.from({ length: 20 }, () => acquireLease(b, holder(), 2, T0))]);
+    await Promise.all([
+      ...Array.from({ length: 20 }, () => acquireLease(a, holder(), 2, T0)),
+      ...Array.from({ length: 20 }, () => acquireLease(b, holder(), 2, T0)),
+    ]);
     expect(await liveLeases(a, T0)).toHaveLength(2);
     expect(await liveLeases(b, T0)).toHaveLength(2);
   });

@@ -48,22 +48,28 @@ describe('the generated price catalog', () => {
     expect(readFileSync(CATALOG_FILE, 'utf8')).toBe(catalogSource());
   });
 
-  it.each(CATALOG_PROVIDERS)('%s: every name resolves to the model the package resolves it to, with the same prices at every price change', (provider) => {
-    const models = findProvider({ providerId: provider })!.models;
-    expect(catalogModels(provider).map((m) => [m.id, m.name])).toEqual(models.map((m) => [m.id, m.name]));
-    const resolved = new Map<string, { model: ModelInfo; name: string }>();
-    for (const name of namesFor(CATALOG_PROVIDERS.flatMap((p) => findProvider({ providerId: p })!.models))) {
-      const expected = calcPrice(ZERO, name, { providerId: provider });
-      const model = findCatalogModel(provider, name);
-      expect(model?.id, `${provider} ${JSON.stringify(name)}`).toBe(expected?.model.id);
-      if (model) resolved.set(model.id, { model, name });
-    }
-    for (const { model, name } of resolved.values()) {
-      for (const at of instants([model])) {
-        expect(activePrices(model, at), `${provider} ${name} at ${at.toISOString()}`).toEqual(calcPrice(ZERO, name, { providerId: provider, timestamp: at })!.model_price);
+  it.each(CATALOG_PROVIDERS)(
+    '%s: every name resolves to the model the package resolves it to, with the same prices at every price change',
+    (provider) => {
+      const models = findProvider({ providerId: provider })!.models;
+      expect(catalogModels(provider).map((m) => [m.id, m.name])).toEqual(models.map((m) => [m.id, m.name]));
+      const resolved = new Map<string, { model: ModelInfo; name: string }>();
+      for (const name of namesFor(CATALOG_PROVIDERS.flatMap((p) => findProvider({ providerId: p })!.models))) {
+        const expected = calcPrice(ZERO, name, { providerId: provider });
+        const model = findCatalogModel(provider, name);
+        expect(model?.id, `${provider} ${JSON.stringify(name)}`).toBe(expected?.model.id);
+        if (model) resolved.set(model.id, { model, name });
       }
-    }
-  }, 120_000);
+      for (const { model, name } of resolved.values()) {
+        for (const at of instants([model])) {
+          expect(activePrices(model, at), `${provider} ${name} at ${at.toISOString()}`).toEqual(
+            calcPrice(ZERO, name, { providerId: provider, timestamp: at })!.model_price,
+          );
+        }
+      }
+    },
+    120_000,
+  );
 
   it('priceFor serves a model whose price changes on a date from its cache with the price of the moment', () => {
     const o3 = findProvider({ providerId: 'openai' })!.models.find((m) => m.id === 'o3')!;

@@ -113,7 +113,13 @@ describe('custom pricing', () => {
       'my-model': { inputUsdPerMtok: 2, outputUsdPerMtok: 8, cacheReadUsdPerMtok: 0.5, cacheWriteUsdPerMtok: 2.5 },
     })!;
     expect(p.rates(0)).toEqual({ input: 2_000_000, output: 8_000_000, cacheRead: 500_000, cacheWrite: 2_500_000, cacheWrite1h: 2_500_000 });
-    const c = charge(p, { input_tokens: 1000, output_tokens: 1000, cache_read_input_tokens: 1000, cache_creation_input_tokens: 1000, cache_creation_1h_input_tokens: 500 });
+    const c = charge(p, {
+      input_tokens: 1000,
+      output_tokens: 1000,
+      cache_read_input_tokens: 1000,
+      cache_creation_input_tokens: 1000,
+      cache_creation_1h_input_tokens: 500,
+    });
     expect(c.microdollars).toBe(2000 + 8000 + 500 + 2500);
   });
 
@@ -147,7 +153,13 @@ describe('rounding: integer picodollars, rounded up once to whole microdollars',
     // 0.1 + 0.2 µ$ per token, 10 tokens each: exactly 3 µ$
     const p = custom(0.1, 0.2);
     expect(charge(p, { input_tokens: 10, output_tokens: 10 }).microdollars).toBe(3);
-    expect(charge(p, { input_tokens: 10, output_tokens: 10 }).picodollars).toEqual({ input: 1_000_000, output: 2_000_000, cacheRead: 0, cacheWrite: 0, fees: 0 });
+    expect(charge(p, { input_tokens: 10, output_tokens: 10 }).picodollars).toEqual({
+      input: 1_000_000,
+      output: 2_000_000,
+      cacheRead: 0,
+      cacheWrite: 0,
+      fees: 0,
+    });
   });
 
   it('fractions of several kinds are summed before the single round-up', () => {
@@ -176,7 +188,7 @@ describe('rounding: integer picodollars, rounded up once to whole microdollars',
 });
 
 describe('server-tool fees', () => {
-  it('web searches are charged at the table\'s price per thousand (claude-sonnet-4-5: $10 per 1,000 = 10,000 µ$ each)', () => {
+  it("web searches are charged at the table's price per thousand (claude-sonnet-4-5: $10 per 1,000 = 10,000 µ$ each)", () => {
     const p = priceFor('claude-sonnet-4-5', 'anthropic')!;
     expect(p.fees.webSearch).toBe(10_000_000_000);
     const c = charge(p, { input_tokens: 100, output_tokens: 10, web_search_requests: 25 });

@@ -52,7 +52,14 @@ function prompt(body: unknown, opts: { sse?: boolean; signal?: AbortSignal } = {
 }
 
 interface PromptAnswer {
-  result: Record<string, unknown> & { subtype: string; text: string; total_cost_usd: number; total_cost_microdollars: number; num_turns: number; usage: { input_tokens: number; output_tokens: number } };
+  result: Record<string, unknown> & {
+    subtype: string;
+    text: string;
+    total_cost_usd: number;
+    total_cost_microdollars: number;
+    num_turns: number;
+    usage: { input_tokens: number; output_tokens: number };
+  };
   messages: Record<string, unknown>[];
   sessionId: string;
 }
@@ -77,8 +84,19 @@ async function sseEvents(res: Response): Promise<{ event?: string; data: Record<
   return out;
 }
 
-const weather = () => ({ name: 'get_weather', description: 'Weather of a city', input_schema: { type: 'object', properties: { city: { type: 'string' } } }, url: `${tools.url}/weather`, headers: { 'x-tool-key': 'k1' } });
-const time = () => ({ name: 'get_time', description: 'Time in a zone', input_schema: { type: 'object', properties: { tz: { type: 'string' } } }, url: `${tools.url}/time` });
+const weather = () => ({
+  name: 'get_weather',
+  description: 'Weather of a city',
+  input_schema: { type: 'object', properties: { city: { type: 'string' } } },
+  url: `${tools.url}/weather`,
+  headers: { 'x-tool-key': 'k1' },
+});
+const time = () => ({
+  name: 'get_time',
+  description: 'Time in a zone',
+  input_schema: { type: 'object', properties: { tz: { type: 'string' } } },
+  url: `${tools.url}/time`,
+});
 
 describe('a plain run', () => {
   it('JSON: the answer, its cost (= the ledger delta), usage, messages and a session id', async () => {
@@ -119,13 +137,35 @@ describe('tools', () => {
   it('two HTTP tools in one turn, run by the gateway against a real server; the results reach the model', async () => {
     const u = await user();
     tools.calls.length = 0;
-    const answer = await run(u.token, 'Weather and time? [[1> tool:get_weather {"city":"Paris"}]] [[1> tool:get_time {"tz":"CET"}]]', { tools: [weather(), time()] });
+    const answer = await run(u.token, 'Weather and time? [[1> tool:get_weather {"city":"Paris"}]] [[1> tool:get_time {"tz":"CET"}]]', {
+      tools: [weather(), time()],
+    });
     expect(answer.result).toMatchObject({ subtype: 'success', num_turns: 2, text: 'Tool results: 18°C in Paris | 14:00 CET' });
-    expect(tools.calls.map((c) => [c.path, c.body])).toEqual(expect.arrayContaining([['/weather', { city: 'Paris' }], ['/time', { tz: 'CET' }]]));
+    expect(tools.calls.map((c) => [c.path, c.body])).toEqual(
+      expect.arrayContaining([
+        ['/weather', { city: 'Paris' }],
+        ['/time', { tz: 'CET' }],
+      ]),
+    );
     expect(tools.calls.find((c) => c.path === '/weather')!.headers['x-tool-key']).toBe('k1');
     const kinds = answer.messages.map((m) => `${m.type}:${m.name ?? m.subtype}`);
-    expect(kinds).toEqual(['assistant:text', 'tool_use:get_weather', 'tool_use:get_time', 'tool_result:get_weather', 'tool_result:get_time', 'assistant:text', 'result:success'].filter((k) => kinds.includes(k)));
-    expect(answer.messages.filter((m) => m.type === 'tool_result').map((m) => m.text).sort()).toEqual(['14:00 CET', '18°C in Paris']);
+    expect(kinds).toEqual(
+      [
+        'assistant:text',
+        'tool_use:get_weather',
+        'tool_use:get_time',
+        'tool_result:get_weather',
+        'tool_result:get_time',
+        'assistant:text',
+        'result:success',
+      ].filter((k) => kinds.includes(k)),
+    );
+    expect(
+      answer.messages
+        .filter((m) => m.type === 'tool_result')
+        .map((m) => m.text)
+        .sort(),
+    ).toEqual(['14:00 CET', '18°C in Paris']);
     expect((await u.usage()).used.ai).toBe(answer.result.total_cost_microdollars);
   });
 
@@ -168,22 +208,31 @@ describe('options', () => {
   it('outputFormat: invalid, then corrected once, succeeds; invalid three times ends with the retries subtype', async () => {
     const fixed = await run((await user()).token, 'Answer [[1> json-invalid]] [[2> json:{"answer":7}]]', { outputFormat: { type: 'json_schema', schema } });
     expect(fixed.result).toMatchObject({ subtype: 'success', structured_output: { answer: 7 }, num_turns: 2 });
-    const failed = await run((await user()).token, 'Answer [[1> json-invalid]] [[2> json:{"answer":"x"}]] [[3> json-invalid]]', { outputFormat: { type: 'json_schema', schema } });
+    const failed = await run((await user()).token, 'Answer [[1> json-invalid]] [[2> json:{"answer":"x"}]] [[3> json-invalid]]', {
+      outputFormat: { type: 'json_schema', schema },
+    });
     expect(failed.result).toMatchObject({ subtype: 'error_max_structured_output_retries', is_error: true, num_turns: 3 });
   });
 
   it('maxTurns: the run stops after that many model calls', async () => {
-    const answer = await run((await user()).token, 'Loop [[1> tool:get_weather {}]] [[2> tool:get_weather {}]] [[3> tool:get_weather {}]]', { tools: [weather()], maxTurns: 2 });
+    const answer = await run((await user()).token, 'Loop [[1> tool:get_weather {}]] [[2> tool:get_weather {}]] [[3> tool:get_weather {}]]', {
+      tools: [weather()],
+      maxTurns: 2,
+    });
     expect(answer.result).toMatchObject({ subtype: 'error_max_turns', num_turns: 2, is_error: true });
   });
 
   it('maxBudgetUsd: never exceeded — each call fits what is left, and the run ends when nothing useful fits', async () => {
     const u = await user();
     const cap = 0.02;
-    const answer = await run(u.token, 'Go [[1> tool:get_weather {}]] [[2> tool:get_weather {}]] [[3> tool:get_weather {}]] [[4> tool:get_weather {}]] [[words:4000]]', {
-      tools: [weather()],
-      maxBudgetUsd: cap,
-    });
+    const answer = await run(
+      u.token,
+      'Go [[1> tool:get_weather {}]] [[2> tool:get_weather {}]] [[3> tool:get_weather {}]] [[4> tool:get_weather {}]] [[words:4000]]',
+      {
+        tools: [weather()],
+        maxBudgetUsd: cap,
+      },
+    );
     expect(answer.result.total_cost_microdollars).toBeLessThanOrEqual(cap * 1_000_000);
     expect(answer.result.subtype).toBe('error_max_budget_usd');
     expect(answer.result.num_turns).toBeGreaterThanOrEqual(1);
@@ -228,11 +277,19 @@ describe('refusals, with the exact bodies', () => {
     const noAi = await user({ ai: 0 });
     const ai = await refused({ message: 'hi', options: { token: noAi.token } });
     expect(ai.status).toBe(429);
-    expect(ai.body).toMatchObject({ error: 'user_budget_exhausted', ai: { used: 0, remaining: 0, budget: 0 }, compute: { used: 0, remaining: 3_600, budget: 3_600 } });
+    expect(ai.body).toMatchObject({
+      error: 'user_budget_exhausted',
+      ai: { used: 0, remaining: 0, budget: 0 },
+      compute: { used: 0, remaining: 3_600, budget: 3_600 },
+    });
     const noCompute = await user({ compute: 0 });
     const compute = await refused({ message: 'hi', options: { token: noCompute.token } });
     expect(compute.status).toBe(429);
-    expect(compute.body).toMatchObject({ error: 'user_budget_exhausted', ai: { used: 0, remaining: 5_000_000, budget: 5_000_000 }, compute: { used: 0, remaining: 0, budget: 0 } });
+    expect(compute.body).toMatchObject({
+      error: 'user_budget_exhausted',
+      ai: { used: 0, remaining: 5_000_000, budget: 5_000_000 },
+      compute: { used: 0, remaining: 0, budget: 0 },
+    });
   });
 
   it("the developer's plan spent: 402 with the plan's figures", async () => {
@@ -313,7 +370,10 @@ describe('a client that leaves', () => {
     for (const waitMs of [5, 150, 600]) {
       const u = await user();
       const abort = new AbortController();
-      const pending = prompt({ message: 'Slow [[1> tool:get_weather {"city":"Rome"}]] [[latency:300]]', options: { token: u.token, model: MODEL, tools: [weather()] } }, { signal: abort.signal });
+      const pending = prompt(
+        { message: 'Slow [[1> tool:get_weather {"city":"Rome"}]] [[latency:300]]', options: { token: u.token, model: MODEL, tools: [weather()] } },
+        { signal: abort.signal },
+      );
       setTimeout(() => abort.abort(), waitMs);
       await pending.then((res) => res.text()).catch(() => undefined);
       await expect.poll(async () => (await u.usage()).reserved, { timeout: 8_000, interval: 100 }).toEqual({ ai: 0, compute: 0 });

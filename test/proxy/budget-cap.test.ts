@@ -204,7 +204,9 @@ describe('never trust a number blindly', () => {
     expect(usage.openHolds).toBe(0);
     // input: the gateway's bound; output: what it passed (8 words → 8 text deltas streamed, one text block whole)
     const input = estimateInputTokens(body as MessagesRequest);
-    const produced = stream ? estimateProducedTokens(8, 'word1 word2 word3 word4 word5 word6 word7 word8'.length) : estimateProducedTokens(1, 'word1 word2 word3 word4 word5 word6 word7 word8'.length);
+    const produced = stream
+      ? estimateProducedTokens(8, 'word1 word2 word3 word4 word5 word6 word7 word8'.length)
+      : estimateProducedTokens(1, 'word1 word2 word3 word4 word5 word6 word7 word8'.length);
     // a stream's message_start may still report a plausible output count (1) before the usage goes bad
     const expected = charge(pricing, { input_tokens: input, output_tokens: produced }).microdollars;
     expect(usage.used.ai).toBe(expected);
@@ -212,7 +214,7 @@ describe('never trust a number blindly', () => {
   });
 });
 
-describe('the gateway\'s own count never breaks the cap', () => {
+describe("the gateway's own count never breaks the cap", () => {
   it.each([false, true])('an output estimate larger than max_tokens is held to max_tokens (stream: %s)', async (stream) => {
     const u = await user(10_000_000);
     // 50 words of "wordN " are about 80 tokens by characters ÷ 4, but the answer was capped at 50 tokens

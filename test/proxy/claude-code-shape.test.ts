@@ -138,7 +138,18 @@ describe(`Claude Code ${fixture.claudeCodeVersion} request shape → Claude mode
     expect(body.model).toBe('claude-opus-5-5');
     expect(body.messages.map((m) => m.role)).toEqual(['user', 'system']);
     expect(body.tools).toHaveLength(12);
-    expect(Object.keys(body)).toEqual(['model', 'messages', 'system', 'tools', 'metadata', 'max_tokens', 'thinking', 'context_management', 'output_config', 'stream']);
+    expect(Object.keys(body)).toEqual([
+      'model',
+      'messages',
+      'system',
+      'tools',
+      'metadata',
+      'max_tokens',
+      'thinking',
+      'context_management',
+      'output_config',
+      'stream',
+    ]);
     expect([body.thinking, body.context_management, body.output_config]).toEqual([
       { type: 'adaptive', display: 'omitted' },
       { edits: [{ type: 'clear_thinking_20251015', keep: 'all' }] },
@@ -163,7 +174,14 @@ describe(`Claude Code ${fixture.claudeCodeVersion} request shape → Claude mode
     expect(record!.headers['x-api-key']).toBe('sk-ant-simulated');
 
     const expectedText = buildReplyPlan(parseDirectives(lastUserTextAnthropic(body)), body.max_tokens as number).text;
-    expect(expectedText).toBe(shape === 'continued' ? 'Echo: Show me the plan.' : `Echo: ${(body.messages[0]!.content as { text: string }[]).map((b) => b.text).join('\n').trim()}`);
+    expect(expectedText).toBe(
+      shape === 'continued'
+        ? 'Echo: Show me the plan.'
+        : `Echo: ${(body.messages[0]!.content as { text: string }[])
+            .map((b) => b.text)
+            .join('\n')
+            .trim()}`,
+    );
     expect(result.message.content).toEqual([{ type: 'text', text: expectedText }]);
     expect(result.message.model).toBe('claude-opus-5-5');
     expectCharged(result, stream, 'claude-opus-5-5', 'anthropic');
@@ -217,7 +235,14 @@ describe(`Claude Code ${fixture.claudeCodeVersion} request shape → GPT model (
     });
 
     const expectedText = buildReplyPlan(parseDirectives(lastUserTextOpenAI(chat)), 32_000).text;
-    expect(expectedText).toBe(shape === 'continued' ? 'Echo: Show me the plan.' : `Echo: ${(user!.content as { text: string }[]).map((b) => b.text).join('\n').trim()}`);
+    expect(expectedText).toBe(
+      shape === 'continued'
+        ? 'Echo: Show me the plan.'
+        : `Echo: ${(user!.content as { text: string }[])
+            .map((b) => b.text)
+            .join('\n')
+            .trim()}`,
+    );
     expect(result.message.content).toEqual([{ type: 'text', text: expectedText }]);
     expect(result.message.model).toBe('gpt-4.1');
     expectCharged(result, stream, 'gpt-4.1', 'openai');

@@ -102,7 +102,9 @@ describe('upstream failures', () => {
     });
     const text = await res.text();
     expect(text).toMatch(/^event: message_start\n/);
-    expect(text).toMatch(/event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"The upstream stopped sending data \(time-out\)"\}\}\n\n$/);
+    expect(text).toMatch(
+      /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"The upstream stopped sending data \(time-out\)"\}\}\n\n$/,
+    );
     const usage = await settledUsage(u.usage);
     // message_start reported the input; no delta arrived, so output is the 1 token message_start reported.
     expect(usage.used.ai).toBe(estimateInputTokens(params) * 3 + 1 * 15);
@@ -122,7 +124,10 @@ describe('upstream failures', () => {
     expect(deltas).toBe(3); // message_start, ping, content_block_start, then 3 deltas before the reset
     expect(text).toMatch(/event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"The upstream connection failed mid-stream"\}\}\n\n$/);
     // The SDK surfaces it as an error too.
-    const sdkErr = await u.client.messages.stream(params).finalMessage().catch((e: unknown) => e);
+    const sdkErr = await u.client.messages
+      .stream(params)
+      .finalMessage()
+      .catch((e: unknown) => e);
     expect(sdkErr).toBeInstanceOf(APIError);
     const usage = await settledUsage(u.usage);
     // Each stream: input × $3 + max(3 deltas, ceil(18 chars / 4) = 5) output tokens × $15 ("word1 word2 word3 " is 18 characters).
@@ -154,7 +159,11 @@ describe('upstream failures', () => {
     const server: Server = createServer((req, res) => {
       // Called directly (not through invokeStreaming, which forgives failures) to see how the invocation itself ends.
       invocation = readBody(req, 1 << 20).then((read) =>
-        (handler as unknown as (e: unknown, s: LocalResponseStream, c: unknown) => Promise<void>)(functionUrlEvent(req, read!.body), new LocalResponseStream(res), lambdaContext('channeling')),
+        (handler as unknown as (e: unknown, s: LocalResponseStream, c: unknown) => Promise<void>)(
+          functionUrlEvent(req, read!.body),
+          new LocalResponseStream(res),
+          lambdaContext('channeling'),
+        ),
       );
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));

@@ -6,7 +6,13 @@ import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 /** claude-sonnet-4-6 in the bundled catalog: $3 in, $15 out, $0.30 cache read, $3.75 cache write per Mtok. */
 const sonnet = (u: { input_tokens: number; output_tokens: number; cache_read_input_tokens?: number | null; cache_creation_input_tokens?: number | null }) =>
-  Math.ceil((u.input_tokens * 3_000_000 + u.output_tokens * 15_000_000 + (u.cache_read_input_tokens ?? 0) * 300_000 + (u.cache_creation_input_tokens ?? 0) * 3_750_000) / 1_000_000);
+  Math.ceil(
+    (u.input_tokens * 3_000_000 +
+      u.output_tokens * 15_000_000 +
+      (u.cache_read_input_tokens ?? 0) * 300_000 +
+      (u.cache_creation_input_tokens ?? 0) * 3_750_000) /
+      1_000_000,
+  );
 
 let gw: TestGateway;
 
@@ -59,7 +65,12 @@ describe('POST /v1/messages (Anthropic path)', () => {
     };
     const res = await fetch(`${gw.url}/v1/messages`, {
       method: 'POST',
-      headers: { 'x-api-key': token, 'anthropic-version': '2023-06-01', 'anthropic-beta': 'prompt-caching-2024-07-31,foo-2025', 'content-type': 'application/json' },
+      headers: {
+        'x-api-key': token,
+        'anthropic-version': '2023-06-01',
+        'anthropic-beta': 'prompt-caching-2024-07-31,foo-2025',
+        'content-type': 'application/json',
+      },
       body: JSON.stringify(body),
     });
     expect(res.status).toBe(200);
@@ -99,7 +110,9 @@ describe('POST /v1/messages (Anthropic path)', () => {
   });
 
   it('round-trips a tool call in a stream', async () => {
-    const tools: Anthropic.Tool[] = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }];
+    const tools: Anthropic.Tool[] = [
+      { name: 'get_weather', description: 'Weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } },
+    ];
     const first = await client.messages
       .stream({ model: 'claude-sonnet-4-6', max_tokens: 200, tools, messages: [{ role: 'user', content: 'Weather? [[tool:get_weather {"city":"Paris"}]]' }] })
       .finalMessage();
@@ -125,7 +138,12 @@ describe('POST /v1/messages (Anthropic path)', () => {
 
   it('streams thinking blocks with their signature', async () => {
     const msg = await client.messages
-      .stream({ model: 'claude-sonnet-4-6', max_tokens: 2000, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'Think [[thinking]] [[words:2]]' }] })
+      .stream({
+        model: 'claude-sonnet-4-6',
+        max_tokens: 2000,
+        thinking: { type: 'enabled', budget_tokens: 1024 },
+        messages: [{ role: 'user', content: 'Think [[thinking]] [[words:2]]' }],
+      })
       .finalMessage();
     expect(msg.content[0]).toEqual({ type: 'thinking', thinking: THINKING_TEXT, signature: THINKING_SIGNATURE });
     expect(msg.content[1]).toEqual({ type: 'text', text: 'word1 word2' });
@@ -217,11 +235,15 @@ describe('errors in the Anthropic envelope', () => {
   });
 
   it('refuses a model with no price instead of charging $0, and serves it once priced', async () => {
-    const err = await client.messages.create({ model: 'claude-imaginary-9', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
+    const err = await client.messages
+      .create({ model: 'claude-imaginary-9', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.BadRequestError);
     expect(((err as APIError).error as { error: { message: string } }).error.message).toMatch(/^Model "claude-imaginary-9" has no known price/);
     await gw.setPricing('claude-imaginary-9', { inputUsdPerMtok: 2, outputUsdPerMtok: 4 });
-    const { data, response } = await client.messages.create({ model: 'claude-imaginary-9', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }).withResponse();
+    const { data, response } = await client.messages
+      .create({ model: 'claude-imaginary-9', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] })
+      .withResponse();
     expect(Number(response.headers.get('x-gateway-cost-microdollars'))).toBe(Math.ceil(data.usage.input_tokens * 2 + data.usage.output_tokens * 4));
   });
 

@@ -48,7 +48,11 @@ beforeAll(async () => {
   server = createServer((req, res) => {
     invocations.push(
       readBody(req, 1 << 20).then((read) =>
-        (handler as unknown as (e: unknown, s: LocalResponseStream, c: unknown) => Promise<void>)(functionUrlEvent(req, read!.body), new LocalResponseStream(res), lambdaContext('channeling')),
+        (handler as unknown as (e: unknown, s: LocalResponseStream, c: unknown) => Promise<void>)(
+          functionUrlEvent(req, read!.body),
+          new LocalResponseStream(res),
+          lambdaContext('channeling'),
+        ),
       ),
     );
   });

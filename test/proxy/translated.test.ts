@@ -61,7 +61,9 @@ function comparable(m: Anthropic.Message) {
 
 describe('translated proxy: OpenAI', () => {
   it('answers plain text in Anthropic format, naming the requested model, and charges usage × price', async () => {
-    const { data, response } = await client.messages.create({ model: GPT, max_tokens: 100, messages: [{ role: 'user', content: 'Hello there' }] }).withResponse();
+    const { data, response } = await client.messages
+      .create({ model: GPT, max_tokens: 100, messages: [{ role: 'user', content: 'Hello there' }] })
+      .withResponse();
     const input = estimateInputTokens(sentBody());
     expect(data).toEqual({
       id: expect.stringMatching(/^msg_sim-\d+$/),
@@ -132,7 +134,10 @@ describe('translated proxy: OpenAI', () => {
       { name: 'get_weather', description: 'Weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } },
       { name: 'get_time', input_schema: { type: 'object', properties: { tz: { type: 'string' } } } },
     ];
-    const question: Anthropic.MessageParam = { role: 'user', content: 'Weather and time? [[tool:get_weather {"city":"Paris"}]] [[tool:get_time {"tz":"CET"}]]' };
+    const question: Anthropic.MessageParam = {
+      role: 'user',
+      content: 'Weather and time? [[tool:get_weather {"city":"Paris"}]] [[tool:get_time {"tz":"CET"}]]',
+    };
     const first = await client.messages.create({ model: GPT, max_tokens: 200, tools, messages: [question] });
     expect(first.stop_reason).toBe('tool_use');
     const calls = first.content.filter((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use');
@@ -216,7 +221,12 @@ describe('translated proxy: OpenAI', () => {
         { name: 'lookup', input_schema: { type: 'object' as const } },
         { name: 'fetch_page', input_schema: { type: 'object' as const } },
       ],
-      messages: [{ role: 'user' as const, content: 'Go [[thinking]] [[cache:read=4]] [[words:3]] [[tool:lookup {"q":"cats","n":[1,2,3]}]] [[tool:fetch_page {"url":"https://x.y/z"}]]' }],
+      messages: [
+        {
+          role: 'user' as const,
+          content: 'Go [[thinking]] [[cache:read=4]] [[words:3]] [[tool:lookup {"q":"cats","n":[1,2,3]}]] [[tool:fetch_page {"url":"https://x.y/z"}]]',
+        },
+      ],
     };
     const plain = await client.messages.create(params);
     const stream = client.messages.stream(params);
@@ -269,11 +279,19 @@ describe('translated proxy: OpenAI', () => {
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(APIError);
     expect((err as APIError).status).toBe(429);
-    expect((err as APIError).error).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: 'OpenAI is rate limiting requests: Simulated upstream error (HTTP 429)' } });
+    expect((err as APIError).error).toEqual({
+      type: 'error',
+      error: { type: 'rate_limit_error', message: 'OpenAI is rate limiting requests: Simulated upstream error (HTTP 429)' },
+    });
 
-    const failed = await client.messages.create({ model: GPT, max_tokens: 50, messages: [{ role: 'user', content: 'x [[error:503]]' }] }).catch((e: unknown) => e);
+    const failed = await client.messages
+      .create({ model: GPT, max_tokens: 50, messages: [{ role: 'user', content: 'x [[error:503]]' }] })
+      .catch((e: unknown) => e);
     expect((failed as APIError).status).toBe(500);
-    expect((failed as APIError).error).toEqual({ type: 'error', error: { type: 'api_error', message: 'OpenAI failed with HTTP 503: Simulated upstream error (HTTP 503)' } });
+    expect((failed as APIError).error).toEqual({
+      type: 'error',
+      error: { type: 'api_error', message: 'OpenAI failed with HTTP 503: Simulated upstream error (HTTP 503)' },
+    });
   });
 
   it('ends a stream that fails midway with an Anthropic error event, and charges what was produced', async () => {
@@ -306,12 +324,20 @@ describe('translated proxy: OpenAI', () => {
 
   it('refuses a document block with a 400 naming it, and never calls the upstream', async () => {
     const err = await client.messages
-      .create({ model: GPT, max_tokens: 50, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'hello' } }] }] })
+      .create({
+        model: GPT,
+        max_tokens: 50,
+        messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'hello' } }] }],
+      })
       .catch((e: unknown) => e);
     expect((err as APIError).status).toBe(400);
     expect((err as APIError).error).toEqual({
       type: 'error',
-      error: { type: 'invalid_request_error', message: 'messages.0.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them' },
+      error: {
+        type: 'invalid_request_error',
+        message:
+          'messages.0.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them',
+      },
     });
     expect(upstream().requests).toHaveLength(0);
   });
@@ -339,7 +365,9 @@ describe('translated proxy: OpenRouter', () => {
 
   it('charges the reported cost of a stream', async () => {
     const before = await settledUsage({ projectId: gw.projectId, userId: 'tina', budget: BUDGET });
-    const final = await client.messages.stream({ model: LLAMA, max_tokens: 100, messages: [{ role: 'user', content: 'Hi [[thinking]] [[words:2]] [[cost:0.0031]]' }] }).finalMessage();
+    const final = await client.messages
+      .stream({ model: LLAMA, max_tokens: 100, messages: [{ role: 'user', content: 'Hi [[thinking]] [[words:2]] [[cost:0.0031]]' }] })
+      .finalMessage();
     expect(final.content).toEqual([
       { type: 'thinking', thinking: THINKING_TEXT, signature: '' },
       { type: 'text', text: 'word1 word2' },

@@ -101,7 +101,7 @@ const createInput = (name: string, overrides: Partial<CreateScheduleCommandInput
 });
 
 describe('scheduler() through the real Scheduler client, against the local stand-in', () => {
-  it('the run queue has a real ARN from fauxqs, the schedules\' target', () => {
+  it("the run queue has a real ARN from fauxqs, the schedules' target", () => {
     expect(queues.arns.run).toMatch(/^arn:aws:sqs:[a-z0-9-]+:\d{12}:sch-run$/);
     expect(queues.arns.webhook).toMatch(/:sch-webhook$/);
   });
@@ -155,8 +155,9 @@ describe('scheduler() through the real Scheduler client, against the local stand
       message: expect.stringContaining('Target.Arn arn:aws:sqs:us-east-1:000000000000:elsewhere is not a queue the stand-in delivers to'),
     });
     // A real queue that is not a target (a dead-letter queue) is refused as well, the message naming the targets.
-    const dlqArn = (await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL, AttributeNames: ['QueueArn'] })))
-      .Attributes?.QueueArn;
+    const dlqArn = (
+      await sqs.send(new GetQueueAttributesCommand({ QueueUrl: queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL, AttributeNames: ['QueueArn'] }))
+    ).Attributes?.QueueArn;
     expect(dlqArn).toMatch(/:sch-webhook-dlq$/);
     const toDlq = await refused(createInput('d', { Target: { Arn: dlqArn, RoleArn: ROLE, Input: '{}' } }));
     expect(toDlq).toBeInstanceOf(ValidationException);
@@ -171,7 +172,10 @@ describe('scheduler() through the real Scheduler client, against the local stand
     expect(stand_in.pending()).toEqual([]);
     await expect(raw.send(new DeleteScheduleCommand({ Name: 'g', GroupName: 'default' }))).rejects.toBeInstanceOf(ResourceNotFoundException);
     // Operations the gateway never makes are refused by name.
-    await expect(raw.send(new GetScheduleCommand({ Name: 'g', GroupName: 'local' }))).rejects.toMatchObject({ name: 'UnknownOperationException', $metadata: { httpStatusCode: 404 } });
+    await expect(raw.send(new GetScheduleCommand({ Name: 'g', GroupName: 'local' }))).rejects.toMatchObject({
+      name: 'UnknownOperationException',
+      $metadata: { httpStatusCode: 404 },
+    });
   });
 
   it('fires a schedule onto the fauxqs run queue when its second comes (fireDue with a fake now), once, and forgets it', async () => {
@@ -192,7 +196,7 @@ describe('scheduler() through the real Scheduler client, against the local stand
     expect(await webhookQueueBodies()).toEqual([]);
   });
 
-  it('schedules onto the webhook queue with queue: \'webhook\' (its ARN, WEBHOOK_QUEUE_ARN), and fires there, not on the run queue', async () => {
+  it("schedules onto the webhook queue with queue: 'webhook' (its ARN, WEBHOOK_QUEUE_ARN), and fires there, not on the run queue", async () => {
     const at = new Date(Date.now() + 2 * 3_600_000);
     const body = '{"vesselId":"v1","round":1,"attempt":5}';
     await scheduler().schedule({ name: 'webhook-v1-1-5', at, body, queue: 'webhook' });
@@ -212,7 +216,7 @@ describe('scheduler() through the real Scheduler client, against the local stand
     expect(stand_in.pending()).toEqual([]);
   });
 
-  it('a function not told a queue\'s ARN may not schedule onto that queue, and is told which variable is missing', async () => {
+  it("a function not told a queue's ARN may not schedule onto that queue, and is told which variable is missing", async () => {
     const at = new Date(Date.now() + 2 * 3_600_000);
     await without('WEBHOOK_QUEUE_ARN', async () => {
       await expect(scheduler().schedule({ name: 'no-webhook', at, body: '{}', queue: 'webhook' })).rejects.toThrow(
@@ -230,9 +234,15 @@ describe('scheduler() through the real Scheduler client, against the local stand
 
   it('a stand-in given no targets accepts any Target.Arn and delivers to its default queue (schedules stored without queueUrl)', async () => {
     const loose = new LocalScheduler({ sqs, targetQueueUrl: queues.urls.RUN_QUEUE_URL, groupName: 'local' });
-    const looseClient = new SchedulerClient({ endpoint: await loose.listen(), region: 'us-east-1', credentials: { accessKeyId: 'local', secretAccessKey: 'local' } });
+    const looseClient = new SchedulerClient({
+      endpoint: await loose.listen(),
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+    });
     try {
-      await looseClient.send(new CreateScheduleCommand(createInput('anywhere', { Target: { Arn: 'arn:aws:sqs:us-east-1:000000000000:elsewhere', RoleArn: ROLE, Input: '"x"' } })));
+      await looseClient.send(
+        new CreateScheduleCommand(createInput('anywhere', { Target: { Arn: 'arn:aws:sqs:us-east-1:000000000000:elsewhere', RoleArn: ROLE, Input: '"x"' } })),
+      );
       expect(loose.pending()).toEqual([{ name: 'anywhere', at: '2030-01-01T00:00:00.000Z', body: '"x"' }]);
       expect(await loose.fireDue(new Date('2030-01-01T00:00:00.000Z'))).toBe(1);
       expect(await runQueueBodies()).toEqual(['"x"']);

@@ -53,7 +53,11 @@ async function openSession(token: string, options: Record<string, unknown> = {})
 
 /** /prompt's refusal for the same caller: its status and body. */
 async function promptRefusal(token: string): Promise<{ status: number; body: Record<string, unknown> }> {
-  const res = await fetch(`${gw.url}/prompt`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ message: 'hi', options: { token } }) });
+  const res = await fetch(`${gw.url}/prompt`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ message: 'hi', options: { token } }),
+  });
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 }
 
@@ -102,7 +106,10 @@ describe('concurrency: a lease per running turn', () => {
     });
     expect(sessions.map((s) => s.ageMs).every((ms) => ms >= 0)).toBe(true);
     // /prompt at the same moment names the same two runs, in the same order.
-    expect({ ...prompt.body, sessions: (prompt.body.sessions as { sessionId: string; userId: string }[]).map(({ sessionId, userId }) => ({ sessionId, userId })) }).toEqual({
+    expect({
+      ...prompt.body,
+      sessions: (prompt.body.sessions as { sessionId: string; userId: string }[]).map(({ sessionId, userId }) => ({ sessionId, userId })),
+    }).toEqual({
       ...bodyOf(refused),
       sessions: sessions.map(({ sessionId, userId }) => ({ sessionId, userId })),
     });
@@ -132,7 +139,11 @@ describe('concurrency: a lease per running turn', () => {
   it('a session waiting for a client tool holds no lease and nothing on the budget; its tool_result resumes it under a new lease', async () => {
     const { developerId, project } = await hobbyDeveloper();
     const u = await userOf(project);
-    const readNote = { name: 'read_note', description: "Reads one of the user's notes", input_schema: { type: 'object', properties: { title: { type: 'string' } }, required: ['title'] } };
+    const readNote = {
+      name: 'read_note',
+      description: "Reads one of the user's notes",
+      input_schema: { type: 'object', properties: { title: { type: 'string' } }, required: ['title'] },
+    };
     const { client, sessionId } = await openSession(u.token, { tools: [readNote] });
 
     // Call 1: the client tool; call 2 (after its result): a slow answer.
@@ -201,7 +212,13 @@ describe('a turn resuming after client tools is admitted again', () => {
     expect((await sd.client.untilResult()).at(-1)).toMatchObject({ type: 'result', subtype: 'success', sessionId: sd.sessionId });
     const last = gw.upstreams.anthropic!.requests.filter((r) => r.path === '/v1/messages').at(-1)!.body as { messages: { role: string; content: unknown }[] };
     expect(last.messages).toHaveLength(3);
-    expect(last.messages[2]).toEqual({ role: 'user', content: [{ type: 'tool_result', tool_use_id: call.id, content: 'notes.txt' }, { type: 'text', text: 'Go on' }] });
+    expect(last.messages[2]).toEqual({
+      role: 'user',
+      content: [
+        { type: 'tool_result', tool_use_id: call.id, content: 'notes.txt' },
+        { type: 'text', text: 'Go on' },
+      ],
+    });
     expect(await windowsWithHolds(gw.tables.USAGE_TABLE!)).toEqual([]);
     await Promise.all([sa.client.close(), sb.client.close(), sd.client.close()]);
   });

@@ -45,7 +45,13 @@ const endOfTurn = (client: WsClient, timeoutMs?: number) => client.next((f) => f
 type Message = { role: string; content: string | Record<string, unknown>[] };
 const messagesRequests = () => gw.upstreams.anthropic!.requests.filter((r) => r.path === '/v1/messages');
 const bodyMessages = (r: RecordedRequest) => (r.body as { messages: Message[] }).messages;
-const textOf = (m: Message) => (typeof m.content === 'string' ? m.content : m.content.filter((b) => b.type === 'text').map((b) => b.text).join(''));
+const textOf = (m: Message) =>
+  typeof m.content === 'string'
+    ? m.content
+    : m.content
+        .filter((b) => b.type === 'text')
+        .map((b) => b.text)
+        .join('');
 
 /** The upstream request whose last user message says `marker`. */
 function requestSaying(marker: string): RecordedRequest {
@@ -66,7 +72,8 @@ async function until<T>(what: string, probe: () => Promise<T> | T, ok: (v: T) =>
 
 /** Waits for `n` assistant frames of the turn in progress. */
 async function deltas(client: WsClient, n: number): Promise<void> {
-  for (let i = 0; i < n; i++) await client.next((f) => f.type === 'assistant' || f.type === 'result' || f.type === 'error').then((f) => expect(f.type).toBe('assistant'));
+  for (let i = 0; i < n; i++)
+    await client.next((f) => f.type === 'assistant' || f.type === 'result' || f.type === 'error').then((f) => expect(f.type).toBe('assistant'));
 }
 
 describe('/ws interrupt', () => {
@@ -87,7 +94,11 @@ describe('/ws interrupt', () => {
     expect(result).toMatchObject({ type: 'result', subtype: 'interrupted', is_error: true, num_turns: 1, sessionId, error: 'The turn was interrupted' });
 
     // The result's text is what was streamed: every delta posted before it, nothing more.
-    const streamed = client.frames.slice(from).filter((f) => f.type === 'assistant').map((f) => f.text as string).join('');
+    const streamed = client.frames
+      .slice(from)
+      .filter((f) => f.type === 'assistant')
+      .map((f) => f.text as string)
+      .join('');
     const text = result.text as string;
     expect(text.length).toBeGreaterThan(0);
     expect(text.startsWith(streamed)).toBe(true);
@@ -104,7 +115,11 @@ describe('/ws interrupt', () => {
 
     // The upstream saw its call aborted.
     const call = requestSaying('Tell me a long story.');
-    await until('the upstream call outcome', () => call.outcome, (o) => o !== undefined);
+    await until(
+      'the upstream call outcome',
+      () => call.outcome,
+      (o) => o !== undefined,
+    );
     expect(call.outcome).toBe('client_closed');
 
     // Nothing held: no reservation, no lease.
@@ -152,9 +167,17 @@ describe('/ws interrupt', () => {
 
     // The turn stops: the upstream call is aborted, the session is idle again, its charges are settled.
     const call = requestSaying('Tell me another long story.');
-    await until('the upstream call outcome', () => call.outcome, (o) => o !== undefined);
+    await until(
+      'the upstream call outcome',
+      () => call.outcome,
+      (o) => o !== undefined,
+    );
     expect(call.outcome).toBe('client_closed');
-    await until('the session state', async () => (await getSession(sessionId as string))?.state, (s) => s === 'idle');
+    await until(
+      'the session state',
+      async () => (await getSession(sessionId as string))?.state,
+      (s) => s === 'idle',
+    );
     expect(await windowsWithHolds(gw.tables.USAGE_TABLE!)).toEqual([]);
     expect(await liveLeases(gw.developerId)).toEqual([]);
     const charged = (await u.usage()).used.ai - before.used.ai;

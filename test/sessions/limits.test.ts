@@ -220,7 +220,11 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
     const posted: string[] = [];
     const outbox = new FrameOutbox({ send: async (_id, data) => (posted.push(String(data)), true), close: async () => {} }, running.turn!.connectionId);
     const state = {
-      conversation: [...running.conversation, { role: 'user' as const, content: 'Never answered' }, { role: 'assistant' as const, content: [{ type: 'text' as const, text: 'late' }] }],
+      conversation: [
+        ...running.conversation,
+        { role: 'user' as const, content: 'Never answered' },
+        { role: 'assistant' as const, content: [{ type: 'text' as const, text: 'late' }] },
+      ],
       spentMicros: 0,
       usage: { input_tokens: 0, output_tokens: 0 },
       turns: 1,
@@ -281,7 +285,13 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
         ExpressionAttributeNames: { '#state': 'state' },
         ExpressionAttributeValues: {
           ':running': 'running',
-          ':turn': { id: randomUUID(), connectionId: connection.connectionId, callbackUrl: gw.websocket!.managementEndpoint, caller: connection.caller, queuedAt: Date.now() - 120_000 },
+          ':turn': {
+            id: randomUUID(),
+            connectionId: connection.connectionId,
+            callbackUrl: gw.websocket!.managementEndpoint,
+            caller: connection.caller,
+            queuedAt: Date.now() - 120_000,
+          },
           ':shard': 'turn',
           ':at': Date.now() - 1,
         },
@@ -316,7 +326,13 @@ describe('the sweeper under a backlog', () => {
       messages: 0,
       state: 'running',
       // Its connection is long gone: the turn_lost frame meets a 410, which does not stop the sweep.
-      turn: { id: `turn-${i}`, connectionId: `gone-${i}`, callbackUrl: gw.websocket!.managementEndpoint, caller: { projectId: gw.projectId, userId: `ws-backlog-${i}` }, queuedAt: now - 120_000 },
+      turn: {
+        id: `turn-${i}`,
+        connectionId: `gone-${i}`,
+        callbackUrl: gw.websocket!.managementEndpoint,
+        caller: { projectId: gw.projectId, userId: `ws-backlog-${i}` },
+        queuedAt: now - 120_000,
+      },
       version: 1,
       createdAt: now - 120_000,
       updatedAt: now - 120_000,

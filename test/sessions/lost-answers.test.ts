@@ -38,7 +38,11 @@ afterAll(async () => {
   await gw?.stop();
 });
 
-const deviceTime = { name: 'device_time', description: 'The time on the user’s device', input_schema: { type: 'object', properties: { zone: { type: 'string' } } } };
+const deviceTime = {
+  name: 'device_time',
+  description: 'The time on the user’s device',
+  input_schema: { type: 'object', properties: { zone: { type: 'string' } } },
+};
 
 /** A write on the Sessions table. */
 const onSessions = (input: WriteInput) => input.TableName === process.env.SESSIONS_TABLE;

@@ -122,7 +122,12 @@ describe('FrameOutbox', () => {
     await outbox.flush();
     expect(posted).toEqual([text('Hel'), text('lo, world'), toolUse('t1'), text('after the call')]);
     // Nothing was lost or duplicated.
-    expect(posted.filter((f) => f.type === 'assistant').map((f) => (f as { text: string }).text).join('')).toBe('Hello, worldafter the call');
+    expect(
+      posted
+        .filter((f) => f.type === 'assistant')
+        .map((f) => (f as { text: string }).text)
+        .join(''),
+    ).toBe('Hello, worldafter the call');
   });
 
   it('a joined frame stays below 32 KiB of text: a delta that would pass it starts a new frame', async () => {

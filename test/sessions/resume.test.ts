@@ -110,7 +110,13 @@ describe('resuming a session on a new connection', () => {
 
     // Another project of the same developer, even with the owner's user id.
     const other = await createProject({ developerId: gw.developerId });
-    const foreignToken = await mintToken({ projectId: other.projectId, userId: owner, secret: other.secret, budget: { ai: 10_000_000, compute: 3600, window: 'day' }, expiresInSeconds: 3600 });
+    const foreignToken = await mintToken({
+      projectId: other.projectId,
+      userId: owner,
+      secret: other.secret,
+      budget: { ai: 10_000_000, compute: 3600, window: 'day' },
+      expiresInSeconds: 3600,
+    });
     const foreign = await connectWs(gw.websocket!.url, foreignToken);
     foreign.send({ type: 'session.start', sessionId });
     const foreignRefused = await foreign.next();
@@ -176,7 +182,11 @@ describe('disconnecting mid-turn, and resuming', () => {
       expect(result).toMatchObject({ subtype: 'success', sessionId, text });
       expect(a.frames.filter((f) => f.type === 'result')).toEqual([]);
       // Every delta went to one connection or the other, in order: nothing lost at the move.
-      const deltas = (c: WsClient) => c.frames.filter((f) => f.type === 'assistant').map((f) => f.text as string).join('');
+      const deltas = (c: WsClient) =>
+        c.frames
+          .filter((f) => f.type === 'assistant')
+          .map((f) => f.text as string)
+          .join('');
       expect(deltas(a) + deltas(b)).toBe(text);
       expect(deltas(b).length).toBeGreaterThan(0);
       await Promise.all([a.close(), b.close()]);
@@ -202,7 +212,14 @@ describe('disconnecting mid-turn, and resuming', () => {
     again.send({ type: 'session.start', sessionId });
     expect(await again.next()).toMatchObject({ type: 'session', sessionId, resumed: true, state: 'awaiting_tools', messages: 2 });
     // Only the call without a result comes again.
-    expect(await again.next()).toEqual({ type: 'tool_use', subtype: 'client', id: second.id, name: 'read_note', input: { title: 'b' }, at: expect.any(Number) });
+    expect(await again.next()).toEqual({
+      type: 'tool_use',
+      subtype: 'client',
+      id: second.id,
+      name: 'read_note',
+      input: { title: 'b' },
+      at: expect.any(Number),
+    });
     again.send({ type: 'tool_result', tool_use_id: first.id, content: 'again' });
     expect(await again.next()).toMatchObject({ type: 'error', error: 'unknown_tool_use_id', pending: [second.id] });
     again.send({ type: 'tool_result', tool_use_id: second.id, content: 'note b' });
@@ -274,7 +291,11 @@ describe('frames the client gets wrong', () => {
     const client = await connectWs(gw.websocket!.url, token);
 
     // /prompt's 400 for the same options.
-    const prompt = await fetch(`${gw.url}/prompt`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ message: 'hi', options: { token, maxTurns: 0 } }) });
+    const prompt = await fetch(`${gw.url}/prompt`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ message: 'hi', options: { token, maxTurns: 0 } }),
+    });
     expect(prompt.status).toBe(400);
     const promptBody = (await prompt.json()) as { error: string; message: string };
     expect(promptBody.message).toMatch(/maxTurns/);
@@ -282,7 +303,11 @@ describe('frames the client gets wrong', () => {
     client.send({ type: 'session.start', options: { maxTurns: 0 } });
     expect(await client.next()).toEqual({ type: 'error', error: 'invalid_request', message: promptBody.message, at: expect.any(Number) });
 
-    const unknownKey = await fetch(`${gw.url}/prompt`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ message: 'hi', options: { token, maxTurn: 3 } }) });
+    const unknownKey = await fetch(`${gw.url}/prompt`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ message: 'hi', options: { token, maxTurn: 3 } }),
+    });
     const unknownBody = (await unknownKey.json()) as { message: string };
     client.send({ type: 'session.start', options: { maxTurn: 3 } });
     expect(await client.next()).toMatchObject({ type: 'error', error: 'invalid_request', message: unknownBody.message });

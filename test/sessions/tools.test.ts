@@ -47,9 +47,23 @@ async function newUser() {
   return { id, token, usage: () => readUsage({ projectId: gw.projectId, userId: id, budget }) };
 }
 
-const readNote = { name: 'read_note', description: "Read one of the user's notes by its title", input_schema: { type: 'object', properties: { title: { type: 'string' } }, required: ['title'] } };
-const deviceTime = { name: 'device_time', description: 'The time on the user’s device', input_schema: { type: 'object', properties: { zone: { type: 'string' } } } };
-const weather = () => ({ name: 'get_weather', description: 'Weather of a city', input_schema: { type: 'object', properties: { city: { type: 'string' } } }, url: `${tools.url}/weather`, headers: { 'x-tool-key': 'k1' } });
+const readNote = {
+  name: 'read_note',
+  description: "Read one of the user's notes by its title",
+  input_schema: { type: 'object', properties: { title: { type: 'string' } }, required: ['title'] },
+};
+const deviceTime = {
+  name: 'device_time',
+  description: 'The time on the user’s device',
+  input_schema: { type: 'object', properties: { zone: { type: 'string' } } },
+};
+const weather = () => ({
+  name: 'get_weather',
+  description: 'Weather of a city',
+  input_schema: { type: 'object', properties: { city: { type: 'string' } } },
+  url: `${tools.url}/weather`,
+  headers: { 'x-tool-key': 'k1' },
+});
 
 const TWO_CLIENT_CALLS = 'Check my note and my clock [[tool:read_note {"title":"Paris trip"}]] [[tool:device_time {"zone":"CET"}]]';
 
@@ -162,7 +176,14 @@ describe('/ws tools', () => {
     expect(result2).toMatchObject({ type: 'result', subtype: 'success', text: FINAL, num_turns: 2, sessionId });
     const httpUse = turn2.find((f) => f.type === 'tool_use')!;
     expect(httpUse).toMatchObject({ type: 'tool_use', subtype: 'http', name: 'get_weather', input: { city: 'Paris' } });
-    expect(turn2.find((f) => f.type === 'tool_result')).toMatchObject({ type: 'tool_result', subtype: 'http', tool_use_id: httpUse.id, name: 'get_weather', is_error: false, text: '18°C in Paris' });
+    expect(turn2.find((f) => f.type === 'tool_result')).toMatchObject({
+      type: 'tool_result',
+      subtype: 'http',
+      tool_use_id: httpUse.id,
+      name: 'get_weather',
+      is_error: false,
+      text: '18°C in Paris',
+    });
     expect(turn2.filter((f) => f.type === 'tool_use' && f.subtype === 'client')).toEqual([]);
     expect(tools.calls.map((c) => [c.path, c.body])).toEqual([['/weather', { city: 'Paris' }]]);
     expect(tools.calls[0]!.headers['x-tool-key']).toBe('k1');
@@ -183,7 +204,14 @@ describe('/ws tools', () => {
     expect(result3.mcp_servers).toEqual([expect.objectContaining({ name: 'calc', status: 'connected' })]);
     const mcpUse = turn3.find((f) => f.type === 'tool_use')!;
     expect(mcpUse).toMatchObject({ type: 'tool_use', subtype: 'mcp', name: 'mcp__calc__add', input: { a: 2, b: 3 } });
-    expect(turn3.find((f) => f.type === 'tool_result')).toMatchObject({ type: 'tool_result', subtype: 'mcp', tool_use_id: mcpUse.id, name: 'mcp__calc__add', is_error: false, text: '5' });
+    expect(turn3.find((f) => f.type === 'tool_result')).toMatchObject({
+      type: 'tool_result',
+      subtype: 'mcp',
+      tool_use_id: mcpUse.id,
+      name: 'mcp__calc__add',
+      is_error: false,
+      text: '5',
+    });
     expect(mcp.calls).toEqual([{ a: 2, b: 3 }]);
 
     // The whole session's conversation went with the last call: every call answered, nothing lost.
@@ -262,10 +290,19 @@ describe('/ws tools', () => {
     const [note, clock] = await twoClientCalls(client);
 
     const refusals: [unknown, string][] = [
-      [[{ type: 'video', url: 'x' }], 'content.0.type: a tool result holds text, image, document, search_result, tool_reference, browser_state blocks, not "video"'],
+      [
+        [{ type: 'video', url: 'x' }],
+        'content.0.type: a tool result holds text, image, document, search_result, tool_reference, browser_state blocks, not "video"',
+      ],
       [[{ type: 'text' }], 'content.0.text: a text block\'s "text" must be a string'],
-      [[{ type: 'image', source: { type: 'base64', media_type: 'image/bmp', data: 'AAAA' } }], 'content.0.source.media_type: an image\'s media_type is image/jpeg, image/png, image/gif or image/webp'],
-      [[{ type: 'search_result', source: 'notes://paris', title: 'Paris', content: 'not blocks' }], 'content.0.content: a search_result\'s "content" is an array of text blocks'],
+      [
+        [{ type: 'image', source: { type: 'base64', media_type: 'image/bmp', data: 'AAAA' } }],
+        "content.0.source.media_type: an image's media_type is image/jpeg, image/png, image/gif or image/webp",
+      ],
+      [
+        [{ type: 'search_result', source: 'notes://paris', title: 'Paris', content: 'not blocks' }],
+        'content.0.content: a search_result\'s "content" is an array of text blocks',
+      ],
     ];
     for (const [content, message] of refusals) {
       client.send({ type: 'tool_result', tool_use_id: note.id, content });
@@ -280,7 +317,13 @@ describe('/ws tools', () => {
     const blocks = [
       { type: 'text', text: 'Seine walk', cache_control: { type: 'ephemeral' } },
       { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } },
-      { type: 'search_result', source: 'notes://paris', title: 'Paris trip', content: [{ type: 'text', text: 'Louvre on Monday' }], citations: { enabled: true } },
+      {
+        type: 'search_result',
+        source: 'notes://paris',
+        title: 'Paris trip',
+        content: [{ type: 'text', text: 'Louvre on Monday' }],
+        citations: { enabled: true },
+      },
       { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'Packing list' }, title: 'List' },
     ];
     client.send({ type: 'tool_result', tool_use_id: note.id, content: blocks });
@@ -305,10 +348,16 @@ describe('/ws tools', () => {
     const call = await client.next((f) => f.type === 'tool_use' || f.type === 'result' || f.type === 'error');
     expect(call).toMatchObject({ type: 'tool_use', subtype: 'client', name: 'read_note' });
 
-    client.send({ type: 'tool_result', tool_use_id: call.id, content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'Packing list' } }] });
+    client.send({
+      type: 'tool_result',
+      tool_use_id: call.id,
+      content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'Packing list' } }],
+    });
     const refused = await nextError(client);
     expect(refused).toMatchObject({ error: 'invalid_frame', pending: [call.id] });
-    expect(refused.message).toBe('tool_result.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them');
+    expect(refused.message).toBe(
+      'tool_result.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them',
+    );
 
     await sleep(400);
     client.send({ type: 'tool_result', tool_use_id: call.id, content: [{ type: 'text', text: 'Seine walk' }] });
@@ -342,7 +391,12 @@ describe('/ws tools', () => {
     const call = await client.next((f) => f.type === 'tool_use' || f.type === 'result' || f.type === 'error');
     expect(call).toMatchObject({ type: 'tool_use', subtype: 'client', name: 'read_note' });
     client.send({ type: 'tool_result', tool_use_id: call.id, content: 'Seine walk' });
-    expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({ type: 'result', subtype: 'error_during_execution', is_error: true, num_turns: 2 });
+    expect(await client.next((f) => f.type === 'result' || f.type === 'error')).toMatchObject({
+      type: 'result',
+      subtype: 'error_during_execution',
+      is_error: true,
+      num_turns: 2,
+    });
     expect(await storedSecond()).toMatchObject({ state: 'idle', conversation: [] });
     await sleep(400);
     client.send({ type: 'user', message: 'Again [[words:1]]' });

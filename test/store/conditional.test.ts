@@ -48,7 +48,15 @@ describe('conditionalPut', () => {
   it('a put over an item returns the old one when asked (ReturnValues ALL_OLD)', async () => {
     const key = freshKey();
     await conditionalPut({ TableName: table(), Item: { ...key, v: 1 }, ConditionExpression: 'attribute_not_exists(pk)' });
-    expect(await conditionalPut({ TableName: table(), Item: { ...key, v: 2 }, ConditionExpression: 'v = :one', ExpressionAttributeValues: { ':one': 1 }, ReturnValues: 'ALL_OLD' })).toEqual({
+    expect(
+      await conditionalPut({
+        TableName: table(),
+        Item: { ...key, v: 2 },
+        ConditionExpression: 'v = :one',
+        ExpressionAttributeValues: { ':one': 1 },
+        ReturnValues: 'ALL_OLD',
+      }),
+    ).toEqual({
       ok: true,
       attributes: { ...key, v: 1 },
     });
@@ -90,7 +98,13 @@ describe('conditionalUpdate', () => {
 
   it('failure on a missing item sees nothing', async () => {
     const key = freshKey();
-    const r = await conditionalUpdate({ TableName: table(), Key: key, UpdateExpression: 'SET v = :v', ConditionExpression: 'attribute_exists(pk)', ExpressionAttributeValues: { ':v': 1 } });
+    const r = await conditionalUpdate({
+      TableName: table(),
+      Key: key,
+      UpdateExpression: 'SET v = :v',
+      ConditionExpression: 'attribute_exists(pk)',
+      ExpressionAttributeValues: { ':v': 1 },
+    });
     expect(r).toEqual({ ok: false, seen: undefined });
     expect(await read(key)).toBeUndefined();
   });
@@ -98,7 +112,9 @@ describe('conditionalUpdate', () => {
   it('rethrows any error but a failed condition', async () => {
     const key = freshKey();
     // a placeholder the expression uses but the input does not define: a ValidationException
-    await expect(conditionalUpdate({ TableName: table(), Key: key, UpdateExpression: 'SET v = :v', ConditionExpression: 'attribute_exists(pk)' })).rejects.toMatchObject({
+    await expect(
+      conditionalUpdate({ TableName: table(), Key: key, UpdateExpression: 'SET v = :v', ConditionExpression: 'attribute_exists(pk)' }),
+    ).rejects.toMatchObject({
       name: 'ValidationException',
     });
     await expect(conditionalPut({ TableName: `${table()}-missing`, Item: key, ConditionExpression: 'attribute_not_exists(pk)' })).rejects.toMatchObject({
@@ -159,8 +175,7 @@ describe('a write the SDK sends twice (its first answer lost) happens once', () 
     loss = loseAnswers();
   });
   /** The next write on `key` loses its answer. */
-  const loseOn = (name: string, key: { pk: string }) =>
-    loss.loseNext(name, (input: WriteInput) => input.Key?.pk?.S === key.pk || input.Item?.pk?.S === key.pk);
+  const loseOn = (name: string, key: { pk: string }) => loss.loseNext(name, (input: WriteInput) => input.Key?.pk?.S === key.pk || input.Item?.pk?.S === key.pk);
   const counter = async () => {
     const key = freshKey();
     await conditionalPut({ TableName: table(), Item: { ...key, count: 1 }, ConditionExpression: 'attribute_not_exists(pk)' });
@@ -226,15 +241,34 @@ describe('a write the SDK sends twice (its first answer lost) happens once', () 
     expect(await conditionalPut({ TableName: table(), Item: { ...key, v: 1 }, ConditionExpression: 'attribute_not_exists(pk)' })).toMatchObject({ ok: true });
     expect(loss.lost.at(-1)).toBe('create');
     expect(await read(key)).toEqual({ ...key, v: 1 });
-    expect(await conditionalPut({ TableName: table(), Item: { ...key, v: 2 }, ConditionExpression: 'attribute_not_exists(pk)' })).toEqual({ ok: false, seen: { ...key, v: 1 } });
+    expect(await conditionalPut({ TableName: table(), Item: { ...key, v: 2 }, ConditionExpression: 'attribute_not_exists(pk)' })).toEqual({
+      ok: false,
+      seen: { ...key, v: 1 },
+    });
   });
 
   it('updateOnce: a counter with no condition of its own is added to once', async () => {
     const key = freshKey();
     loseOn('count', key);
-    expect(await updateOnce({ TableName: table(), Key: key, UpdateExpression: 'ADD n :five', ExpressionAttributeValues: { ':five': 5 }, ReturnValues: 'UPDATED_NEW' })).toMatchObject({ n: 5 });
+    expect(
+      await updateOnce({
+        TableName: table(),
+        Key: key,
+        UpdateExpression: 'ADD n :five',
+        ExpressionAttributeValues: { ':five': 5 },
+        ReturnValues: 'UPDATED_NEW',
+      }),
+    ).toMatchObject({ n: 5 });
     expect(loss.lost.at(-1)).toBe('count');
-    expect(await updateOnce({ TableName: table(), Key: key, UpdateExpression: 'ADD n :five', ExpressionAttributeValues: { ':five': 5 }, ReturnValues: 'UPDATED_NEW' })).toEqual({ n: 10 });
+    expect(
+      await updateOnce({
+        TableName: table(),
+        Key: key,
+        UpdateExpression: 'ADD n :five',
+        ExpressionAttributeValues: { ':five': 5 },
+        ReturnValues: 'UPDATED_NEW',
+      }),
+    ).toEqual({ n: 10 });
     expect(await read(key)).toEqual({ ...key, n: 10 });
   });
 

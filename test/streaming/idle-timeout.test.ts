@@ -62,7 +62,10 @@ describe('with fake timers', () => {
 
   describe('readWithin', () => {
     it('gives the value of a read that settles in time, and leaves no timer behind', async () => {
-      const result = readWithin(sleep(49).then(() => 'chunk'), 50);
+      const result = readWithin(
+        sleep(49).then(() => 'chunk'),
+        50,
+      );
       await vi.advanceTimersByTimeAsync(49);
       await expect(result).resolves.toBe('chunk');
       expect(vi.getTimerCount()).toBe(0);

@@ -286,9 +286,7 @@ describe('SseDecoder: properties', () => {
 
 describe('encodeSse', () => {
   it('writes `event: <type>\\ndata: <json>\\n\\n`', () => {
-    expect(new TextDecoder().decode(encodeSse('message_stop', { type: 'message_stop' }))).toBe(
-      'event: message_stop\ndata: {"type":"message_stop"}\n\n',
-    );
+    expect(new TextDecoder().decode(encodeSse('message_stop', { type: 'message_stop' }))).toBe('event: message_stop\ndata: {"type":"message_stop"}\n\n');
   });
 
   it('newlines inside the data stay escaped in the JSON, so one data line carries any value', () => {

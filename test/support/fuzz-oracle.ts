@@ -128,7 +128,9 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
   const caller = req.creds.proxy;
   switch (info.route) {
     case 'usage':
-      return req.creds.usage ? { statuses: [200], caller: req.creds.usage, why: 'GET /usage with a valid bearer token' } : { statuses: [401], why: 'GET /usage without a valid bearer token' };
+      return req.creds.usage
+        ? { statuses: [200], caller: req.creds.usage, why: 'GET /usage with a valid bearer token' }
+        : { statuses: [401], why: 'GET /usage without a valid bearer token' };
     case 'models': {
       if (!caller) return { statuses: [401], why: 'no valid proxy credentials' };
       const limit = new URLSearchParams(info.query).get('limit');
@@ -248,7 +250,8 @@ export function isPriced(model: string): boolean {
 
 /** Plain enough that translation to Chat Completions must succeed: user/assistant text only, nothing extra. */
 function plain(body: Record<string, unknown>): boolean {
-  const textOnly = (c: unknown) => typeof c === 'string' || (Array.isArray(c) && c.every((b) => isObject(b) && b.type === 'text' && typeof b.text === 'string'));
+  const textOnly = (c: unknown) =>
+    typeof c === 'string' || (Array.isArray(c) && c.every((b) => isObject(b) && b.type === 'text' && typeof b.text === 'string'));
   const messages = body.messages as Record<string, unknown>[];
   return (
     Object.keys(body).every((k) => ['model', 'max_tokens', 'messages', 'system', 'stream'].includes(k)) &&
@@ -267,5 +270,7 @@ function modelOutcome(body: Record<string, unknown>, route: 'messages' | 'count_
   }
   // OpenAI and OpenRouter keys are set on the fuzz project; translation may refuse what it cannot map (400).
   if (route === 'messages' && !isPriced(model)) return { statuses: [400], why: `unpriced model ${JSON.stringify(model)}` };
-  return plain(body) ? { statuses: [200], why: `plain request translated for ${provider}` } : { statuses: [200, 400], why: `request translated for ${provider}` };
+  return plain(body)
+    ? { statuses: [200], why: `plain request translated for ${provider}` }
+    : { statuses: [200, 400], why: `request translated for ${provider}` };
 }

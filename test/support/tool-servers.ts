@@ -20,13 +20,15 @@ export async function toolServer() {
   const calls: { path: string; body: unknown; headers: IncomingMessage['headers'] }[] = [];
   const { server, url } = await listen((req, res) => {
     let text = '';
-    req.on('data', (c) => (text += c)).on('end', () => {
-      const body = JSON.parse(text || '{}') as Record<string, string>;
-      calls.push({ path: req.url ?? '', body, headers: req.headers });
-      if (req.url === '/weather') res.end(`18°C in ${body.city}`);
-      else if (req.url === '/time') res.end(`14:00 ${body.tz}`);
-      else res.writeHead(404).end('no such tool');
-    });
+    req
+      .on('data', (c) => (text += c))
+      .on('end', () => {
+        const body = JSON.parse(text || '{}') as Record<string, string>;
+        calls.push({ path: req.url ?? '', body, headers: req.headers });
+        if (req.url === '/weather') res.end(`18°C in ${body.city}`);
+        else if (req.url === '/time') res.end(`14:00 ${body.tz}`);
+        else res.writeHead(404).end('no such tool');
+      });
   });
   return { server, url, calls };
 }

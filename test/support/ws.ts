@@ -36,7 +36,9 @@ export async function connectWs(url: string, token: string | undefined, opts: { 
     socket.once('open', () => resolve());
     socket.once('unexpected-response', (_req, res) => {
       let body = '';
-      res.on('data', (c: Buffer) => (body += c)).on('end', () => reject(Object.assign(new Error(`upgrade refused: ${res.statusCode} ${body}`), { status: res.statusCode, body })));
+      res
+        .on('data', (c: Buffer) => (body += c))
+        .on('end', () => reject(Object.assign(new Error(`upgrade refused: ${res.statusCode} ${body}`), { status: res.statusCode, body })));
     });
     socket.once('error', reject);
   });

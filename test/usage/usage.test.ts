@@ -83,7 +83,11 @@ describe('GET /usage', () => {
   it('users, windows and budgets are separate', async () => {
     // alice spent in her day window; her week window and bob are untouched
     const week = await getUsage(await gw.token({ user: 'alice', budget: { ai: 50, compute: 5, window: 'week' } }));
-    expect(week.body).toMatchObject({ window: 'week', window_start: windowStart('week', new Date()).toISOString(), ai: { used: 0, remaining: 50, budget: 50, reserved: 0 } });
+    expect(week.body).toMatchObject({
+      window: 'week',
+      window_start: windowStart('week', new Date()).toISOString(),
+      ai: { used: 0, remaining: 50, budget: 50, reserved: 0 },
+    });
     const bob = await getUsage(await gw.token({ user: 'bob' }));
     expect(bob.body).toMatchObject({ user_id: 'bob', ai: { used: 0, reserved: 0 } });
     const lifetime = await getUsage(await gw.token({ user: 'alice', budget: { window: 'lifetime' } }));
@@ -101,7 +105,9 @@ describe('GET /usage', () => {
     const dayStart = windowStart('day', new Date()).toISOString();
     const reset = windowEnd('day', new Date(dayStart))!;
     expect((apiErr.error as { error: { message: string } }).error.message).toMatch(
-      new RegExp(`^AI budget too low for this request: 5 of 5 microdollars remain in the current day window \\(started ${dayStart.replace(/\./g, '\\.')}\\), and even its smallest form costs up to \\d+; it resets at ${reset.toISOString().replace(/\./g, '\\.')}$`),
+      new RegExp(
+        `^AI budget too low for this request: 5 of 5 microdollars remain in the current day window \\(started ${dayStart.replace(/\./g, '\\.')}\\), and even its smallest form costs up to \\d+; it resets at ${reset.toISOString().replace(/\./g, '\\.')}$`,
+      ),
     );
     // waiting will not help before the window resets: clients are told not to retry, and when the budget comes back
     expect(apiErr.headers?.get('x-should-retry')).toBe('false');

@@ -30,7 +30,15 @@ const key = (what: string) => `cancel-${what}-${++seq}`;
 const canceledBeforeRun = {
   success: false,
   text: 'The vessel was canceled before it ran',
-  result: { type: 'result', subtype: 'canceled', total_cost_usd: 0, total_cost_microdollars: 0, usage: { input_tokens: 0, output_tokens: 0 }, num_turns: 0, duration_secs: 0 },
+  result: {
+    type: 'result',
+    subtype: 'canceled',
+    total_cost_usd: 0,
+    total_cost_microdollars: 0,
+    usage: { input_tokens: 0, output_tokens: 0 },
+    num_turns: 0,
+    duration_secs: 0,
+  },
 };
 
 /** The record a waiting vessel has once canceled: ended at once, never started, nothing spent. */
@@ -89,10 +97,21 @@ describe('a waiting vessel is CANCELED at once', () => {
     const developerId = `dev-cq-${randomBytes(4).toString('hex')}`;
     await createDeveloper({ developerId, planSeconds: 1_000 });
     const project = await createProject({ developerId });
-    const token = (userId: string) => mintToken({ projectId: project.projectId, userId, secret: project.secret, budget: { ai: 5_000_000, compute: 3_600, window: 'day' }, expiresInSeconds: 3_600 });
+    const token = (userId: string) =>
+      mintToken({
+        projectId: project.projectId,
+        userId,
+        secret: project.secret,
+        budget: { ai: 5_000_000, compute: 3_600, window: 'day' },
+        expiresInSeconds: 3_600,
+      });
     const [a, b, c] = [await token('qa'), await token('qb'), await token('qc')];
 
-    const slow = await Promise.all([a, b].map((t, i) => api.incubate({ message: `Slow ${i} [[latency:3000]] [[words:1]]`, idempotencyKey: key('slow'), options: { token: t, model: MODEL } })));
+    const slow = await Promise.all(
+      [a, b].map((t, i) =>
+        api.incubate({ message: `Slow ${i} [[latency:3000]] [[words:1]]`, idempotencyKey: key('slow'), options: { token: t, model: MODEL } }),
+      ),
+    );
     await expect.poll(async () => (await liveLeases(developerId)).length, { timeout: 5_000, interval: 50 }).toBe(2);
 
     const marker = `queued-${randomBytes(4).toString('hex')}`;

@@ -143,7 +143,11 @@ async function scenario(): Promise<Run> {
 
     const starterGroup = tracker.group('starter');
     const hobbyGroup = tracker.group('hobby');
-    await pollUntil(async () => starterGroup.ended, (n) => n >= STARTER_TOTAL, { timeoutMs: 300_000, everyMs: 20, what: "the starter vessels' model calls" });
+    await pollUntil(
+      async () => starterGroup.ended,
+      (n) => n >= STARTER_TOTAL,
+      { timeoutMs: 300_000, everyMs: 20, what: "the starter vessels' model calls" },
+    );
     const starterDoneAt = at();
     const hobbyDoneWhenStarterDone = hobbyGroup.ended;
     const starterRecords = await pollUntil(
@@ -152,7 +156,11 @@ async function scenario(): Promise<Run> {
       { timeoutMs: 30_000, what: "the starter vessels' ends" },
     );
 
-    await pollUntil(async () => hobbyGroup.ended, (n) => n >= HOBBY_TOTAL, { timeoutMs: 900_000, everyMs: 100, what: "the hobby vessels' model calls" });
+    await pollUntil(
+      async () => hobbyGroup.ended,
+      (n) => n >= HOBBY_TOTAL,
+      { timeoutMs: 900_000, everyMs: 100, what: "the hobby vessels' model calls" },
+    );
     const hobbyDoneAt = at();
     const hobbyRecords = await pollUntil(
       () => mapLimit(hobbyIds, 20, (id) => vesselRecord(gw.url, hobbyToken, id)),
@@ -173,7 +181,10 @@ async function scenario(): Promise<Run> {
       // The records' [startedAt, completedAt] spans, overlapped: reported only. startedAt is taken before the
       // admission step and completedAt written after the lease is given back, so these spans overlap more than runs.
       recordSpanOverlap: { hobby: overlap(hobbyRecords), starter: overlap(starterRecords) },
-      ...diagnostics(hobbyRecords, tracker.intervals.filter((i) => i.key === 'hobby')),
+      ...diagnostics(
+        hobbyRecords,
+        tracker.intervals.filter((i) => i.key === 'hobby'),
+      ),
       // When each starter model call began, in seconds after the starter's batch was sent.
       starterCallStarts: tracker.intervals.filter((i) => i.key === 'starter').map((i) => +((i.start - started - starterSent) / 1000).toFixed(1)),
       runQueueBacklog: backlog
@@ -210,7 +221,12 @@ describe(`${HOBBY_TOTAL} hobby vessels (${HOBBY_BATCHES} batches of 100) and ${S
 
   it('every vessel completes, each run once (one model call per vessel, never two at once for the same vessel)', () => {
     for (const r of [...run.hobbyRecords, ...run.starterRecords]) {
-      expect(r, JSON.stringify(r)).toMatchObject({ status: 'COMPLETED', isSuccess: true, attempts: 1, output: { success: true, result: { subtype: 'success' } } });
+      expect(r, JSON.stringify(r)).toMatchObject({
+        status: 'COMPLETED',
+        isSuccess: true,
+        attempts: 1,
+        output: { success: true, result: { subtype: 'success' } },
+      });
     }
     expect(run.hobbyRecords).toHaveLength(HOBBY_TOTAL);
     expect(run.starterRecords).toHaveLength(STARTER_TOTAL);

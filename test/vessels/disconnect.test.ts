@@ -31,7 +31,13 @@ beforeAll(async () => {
   const project = await createProject({ developerId });
   projectId = project.projectId;
   // Compute for 10 runs at once (each run holds up to 870 s of it while it lives).
-  token = await mintToken({ projectId, userId: 'leaver', secret: project.secret, budget: { ai: 10_000_000, compute: 10 * 870, window: 'day' }, expiresInSeconds: 3_600 });
+  token = await mintToken({
+    projectId,
+    userId: 'leaver',
+    secret: project.secret,
+    budget: { ai: 10_000_000, compute: 10 * 870, window: 'day' },
+    expiresInSeconds: 3_600,
+  });
 });
 afterAll(async () => {
   await gw?.stop();
@@ -50,7 +56,10 @@ async function storedOutcome(key: string): Promise<string | undefined> {
     return undefined;
   }
   expect(vessels).toHaveLength(1);
-  expect(keys.map((k) => k.vesselId), `the key of ${key} must name its vessel`).toEqual([vessels[0]!.vesselId]);
+  expect(
+    keys.map((k) => k.vesselId),
+    `the key of ${key} must name its vessel`,
+  ).toEqual([vessels[0]!.vesselId]);
   return vessels[0]!.vesselId as string;
 }
 
@@ -87,7 +96,11 @@ describe('a client that leaves POST /incubate', () => {
       const stored = await storedOutcome(key);
       const retry = await api.incubate(body);
       if (stored) {
-        expect({ status: retry.status, replayed: retry.headers.get('idempotent-replayed'), vesselId: retry.body.vesselId }, `left at ${waitMs} ms`).toEqual({ status: 200, replayed: 'true', vesselId: stored });
+        expect({ status: retry.status, replayed: retry.headers.get('idempotent-replayed'), vesselId: retry.body.vesselId }, `left at ${waitMs} ms`).toEqual({
+          status: 200,
+          replayed: 'true',
+          vesselId: stored,
+        });
       } else {
         expect(retry.status, `left at ${waitMs} ms`).toBe(202);
       }
@@ -112,7 +125,12 @@ describe('a client that leaves POST /incubate/batch', () => {
     const stored = new Map<string, string | undefined>();
     for (const k of keys) stored.set(k, await storedOutcome(k));
 
-    const retry = await api.batch<{ total: number; queued: number; failed: number; items: { idempotencyKey: string; status: string; vesselId: string; replayed?: true }[] }>(body);
+    const retry = await api.batch<{
+      total: number;
+      queued: number;
+      failed: number;
+      items: { idempotencyKey: string; status: string; vesselId: string; replayed?: true }[];
+    }>(body);
     expect(retry.status).toBe(202);
     expect(retry.body).toMatchObject({ total: 20, queued: 20, failed: 0 });
     for (const item of retry.body.items) {
@@ -121,7 +139,10 @@ describe('a client that leaves POST /incubate/batch', () => {
       else expect(item.replayed, item.idempotencyKey).toBeUndefined();
     }
     const ended = await Promise.all(retry.body.items.map((item) => api.ended(item.vesselId, token)));
-    expect(ended.map((v) => v.status), JSON.stringify(ended.find((v) => v.status !== 'COMPLETED'))).toEqual(Array<string>(20).fill('COMPLETED'));
+    expect(
+      ended.map((v) => v.status),
+      JSON.stringify(ended.find((v) => v.status !== 'COMPLETED')),
+    ).toEqual(Array<string>(20).fill('COMPLETED'));
     const vessels = (await vesselItems(projectId)).filter((v) => keys.includes(v.idempotencyKey as string));
     expect(vessels).toHaveLength(20);
   });

@@ -37,7 +37,13 @@ async function answer<T>(res: Response): Promise<Answer<T>> {
 
 export function vesselApi(gw: TestGateway) {
   const post = async <T>(path: string, body: unknown, headers: Record<string, string> = {}) =>
-    answer<T>(await fetch(`${gw.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) }));
+    answer<T>(
+      await fetch(`${gw.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: typeof body === 'string' ? body : JSON.stringify(body),
+      }),
+    );
   const bearer = (token: string | undefined): Record<string, string> => (token === undefined ? {} : { authorization: `Bearer ${token}` });
 
   const api = {
@@ -45,7 +51,8 @@ export function vesselApi(gw: TestGateway) {
     batch: <T = Record<string, unknown>>(body: unknown) => post<T>('/incubate/batch', body),
     status: async <T = VesselRecord>(vesselId: string, token: string | undefined) =>
       answer<T>(await fetch(`${gw.url}/incubate/vessel/${encodeURIComponent(vesselId)}`, { headers: bearer(token) })),
-    cancel: <T = VesselRecord>(vesselId: string, token: string | undefined) => post<T>(`/incubate/vessel/${encodeURIComponent(vesselId)}/cancel`, '', bearer(token)),
+    cancel: <T = VesselRecord>(vesselId: string, token: string | undefined) =>
+      post<T>(`/incubate/vessel/${encodeURIComponent(vesselId)}/cancel`, '', bearer(token)),
     /** GET /usage for the token's user. */
     usage: async (token: string) => {
       const res = await answer<{ ai: { used: number; reserved: number }; compute: { used: number; reserved: number } }>(
@@ -55,14 +62,20 @@ export function vesselApi(gw: TestGateway) {
       return res.body;
     },
     /** The record, once `done` holds for it (polled every `intervalMs`); every status seen on the way, in order. */
-    async until(vesselId: string, token: string, done: (r: VesselRecord) => boolean, opts: { timeout?: number; intervalMs?: number; seen?: string[] } = {}): Promise<VesselRecord> {
+    async until(
+      vesselId: string,
+      token: string,
+      done: (r: VesselRecord) => boolean,
+      opts: { timeout?: number; intervalMs?: number; seen?: string[] } = {},
+    ): Promise<VesselRecord> {
       const deadline = Date.now() + (opts.timeout ?? 20_000);
       for (;;) {
         const res = await api.status(vesselId, token);
         expect(res.status, JSON.stringify(res.body)).toBe(200);
         if (opts.seen && opts.seen.at(-1) !== res.body.status) opts.seen.push(res.body.status);
         if (done(res.body)) return res.body;
-        if (Date.now() > deadline) throw new Error(`vessel ${vesselId} still ${res.body.status} after ${opts.timeout ?? 20_000} ms: ${JSON.stringify(res.body)}`);
+        if (Date.now() > deadline)
+          throw new Error(`vessel ${vesselId} still ${res.body.status} after ${opts.timeout ?? 20_000} ms: ${JSON.stringify(res.body)}`);
         await new Promise((r) => setTimeout(r, opts.intervalMs ?? 50));
       }
     },
@@ -107,7 +120,11 @@ export async function runQueueCounts(gw: TestGateway): Promise<{ visible: number
       }),
     );
     const a = out.Attributes ?? {};
-    return { visible: Number(a.ApproximateNumberOfMessages), inFlight: Number(a.ApproximateNumberOfMessagesNotVisible), delayed: Number(a.ApproximateNumberOfMessagesDelayed) };
+    return {
+      visible: Number(a.ApproximateNumberOfMessages),
+      inFlight: Number(a.ApproximateNumberOfMessagesNotVisible),
+      delayed: Number(a.ApproximateNumberOfMessagesDelayed),
+    };
   } finally {
     client.destroy();
   }

@@ -60,7 +60,9 @@ async function project(plan?: { planSeconds: number }) {
 async function webhookMessage(vesselId: string, timeoutMs = 10_000): Promise<Record<string, unknown>> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const out = await webhooks.send(new ReceiveMessageCommand({ QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 1 }));
+    const out = await webhooks.send(
+      new ReceiveMessageCommand({ QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 1 }),
+    );
     for (const m of out.Messages ?? []) {
       const body = JSON.parse(m.Body!) as Record<string, unknown>;
       if (body.vesselId !== vesselId) continue;
@@ -121,7 +123,13 @@ describe('a vessel, end to end', () => {
     expect(await wakeParkedVessels(p.developerId)).toBe(1);
     const seen: string[] = ['QUEUED'];
     const executing = await api.until(vesselId, token, (r) => r.status !== 'QUEUED', { seen, timeout: 10_000 });
-    expect(executing).toEqual({ ...queued.body, status: 'EXECUTING', updatedAt: expect.stringMatching(ISO), attempts: 1, startedAt: expect.stringMatching(ISO) });
+    expect(executing).toEqual({
+      ...queued.body,
+      status: 'EXECUTING',
+      updatedAt: expect.stringMatching(ISO),
+      attempts: 1,
+      startedAt: expect.stringMatching(ISO),
+    });
     const done = await api.until(vesselId, token, (r) => r.isCompleted, { seen, timeout: 10_000 });
     expect(seen).toEqual(['QUEUED', 'EXECUTING', 'COMPLETED']);
 
@@ -171,7 +179,12 @@ describe('a vessel, end to end', () => {
     const res = await api.incubate({
       message: 'Loop [[1> tool:get_weather {}]] [[2> tool:get_weather {}]]',
       idempotencyKey: freshKey('turns'),
-      options: { token, model: MODEL, maxTurns: 1, tools: [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' }, url: 'http://127.0.0.1:9/weather' }] },
+      options: {
+        token,
+        model: MODEL,
+        maxTurns: 1,
+        tools: [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' }, url: 'http://127.0.0.1:9/weather' }],
+      },
     });
     expect(res.status).toBe(202);
     const done = await api.ended(res.body.vesselId, token);
@@ -183,7 +196,7 @@ describe('a vessel, end to end', () => {
     expect(after.ai.reserved).toBe(0);
   });
 
-  it("a user whose budget is spent when the vessel is due: FAILED with error_user_budget_exhausted and the reason, never run, nothing charged", async () => {
+  it('a user whose budget is spent when the vessel is due: FAILED with error_user_budget_exhausted and the reason, never run, nothing charged', async () => {
     for (const [budget, reason] of [
       [{ ai: 0 }, 'AI (0 of 0 microdollars)'],
       [{ compute: 0 }, 'compute (0 of 0 seconds)'],
@@ -230,7 +243,7 @@ describe('a vessel, end to end', () => {
     expect(await liveLeases(gw.developerId)).toEqual([]);
   });
 
-  it("a user whose budget is only held by their run in flight (not spent): the vessel waits QUEUED, then runs", async () => {
+  it('a user whose budget is only held by their run in flight (not spent): the vessel waits QUEUED, then runs', async () => {
     // Each run holds the compute it may use (up to 870 s): with 870 s of budget, a second run finds it all held.
     const p = await project({ planSeconds: 20_000_000 });
     const token = await p.token('held-user', { compute: 870 });
@@ -361,8 +374,19 @@ describe('batch', () => {
     ];
     const res = await api.batch({ items, options: { token, model: MODEL } });
     expect(res.status).toBe(202);
-    const queued = (index: number, idempotencyKey: string) => ({ index, idempotencyKey, status: 'queued', vesselId: expect.stringMatching(UUID), scheduledFor: expect.stringMatching(ISO) });
-    const failed = (index: number, idempotencyKey: string | null, code: string, message: string) => ({ index, idempotencyKey, status: 'failed', error: { code, message } });
+    const queued = (index: number, idempotencyKey: string) => ({
+      index,
+      idempotencyKey,
+      status: 'queued',
+      vesselId: expect.stringMatching(UUID),
+      scheduledFor: expect.stringMatching(ISO),
+    });
+    const failed = (index: number, idempotencyKey: string | null, code: string, message: string) => ({
+      index,
+      idempotencyKey,
+      status: 'failed',
+      error: { code, message },
+    });
     expect(res.body).toEqual({
       total: 9,
       queued: 3,
@@ -376,7 +400,12 @@ describe('batch', () => {
         failed(5, 'b-extra', 'invalid_request', 'items.5: Unrecognized key: "priority"'),
         failed(6, null, 'invalid_request', 'items.6: Invalid input: expected object, received string'),
         { ...queued(7, 'b-replay'), vesselId: replayed.body.vesselId, scheduledFor: replayed.body.scheduledFor, replayed: true },
-        failed(8, 'b-conflict', 'idempotency_key_conflict', 'idempotencyKey "b-conflict" was already used with a different request body or by another user; use a new key for a new request'),
+        failed(
+          8,
+          'b-conflict',
+          'idempotency_key_conflict',
+          'idempotencyKey "b-conflict" was already used with a different request body or by another user; use a new key for a new request',
+        ),
       ],
     });
     const entries = (res.body as { items: { vesselId?: string }[] }).items;
@@ -400,7 +429,14 @@ describe('batch', () => {
 
   it('shared timing: a batch with ttl queues every item PENDING for the same time', async () => {
     const token = await gw.token({ user: `batch-ttl-${++seq}` });
-    const res = await api.batch({ items: [{ message: 'a', idempotencyKey: freshKey('bt') }, { message: 'b', idempotencyKey: freshKey('bt') }], options: { token, model: MODEL }, ttl: 600 });
+    const res = await api.batch({
+      items: [
+        { message: 'a', idempotencyKey: freshKey('bt') },
+        { message: 'b', idempotencyKey: freshKey('bt') },
+      ],
+      options: { token, model: MODEL },
+      ttl: 600,
+    });
     expect(res.status).toBe(202);
     const entries = (res.body as { items: { vesselId: string; scheduledFor: string }[] }).items;
     expect(entries[0]!.scheduledFor).toBe(entries[1]!.scheduledFor);

@@ -91,7 +91,11 @@ describe('a vessel move whose answer is lost', () => {
       callback: { url: rx.url, secret: 's' },
     });
 
-    const done = await pollUntil(() => vesselRecord(gw.url, token, q.vesselId), (v) => v.isCompleted, { timeoutMs: 15_000, everyMs: 100, what: 'the vessel ended' });
+    const done = await pollUntil(
+      () => vesselRecord(gw.url, token, q.vesselId),
+      (v) => v.isCompleted,
+      { timeoutMs: 15_000, everyMs: 100, what: 'the vessel ended' },
+    );
     const took = Date.now() - queuedAt;
     expect(answers.pending()).toEqual([]);
     expect(answers.lost.slice(lostBefore)).toEqual(['start', 'end']);
@@ -107,7 +111,11 @@ describe('a vessel move whose answer is lost', () => {
     expect(took).toBeLessThan(10_000);
 
     // The callback was handed off by the end and delivered, once.
-    const stored = await pollUntil(() => getVessel(q.vesselId), (v) => v?.webhook?.status === 'delivered', { timeoutMs: 10_000, everyMs: 100, what: 'the callback delivered' });
+    const stored = await pollUntil(
+      () => getVessel(q.vesselId),
+      (v) => v?.webhook?.status === 'delivered',
+      { timeoutMs: 10_000, everyMs: 100, what: 'the callback delivered' },
+    );
     expect(stored!.webhook).toMatchObject({ status: 'delivered', round: 1, tried: 1 });
     expect(stored!.callbackHandedOffAt).toBeDefined();
     // A moment for a second delivery to show up, were there one.

@@ -1,4 +1,11 @@
-import { GetQueueAttributesCommand, PurgeQueueCommand, ReceiveMessageCommand, DeleteMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import {
+  GetQueueAttributesCommand,
+  PurgeQueueCommand,
+  ReceiveMessageCommand,
+  DeleteMessageCommand,
+  SendMessageCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sqsClient } from '../../bin/local/queues.ts';
@@ -69,7 +76,10 @@ async function stored(vesselId: string): Promise<Item> {
 
 async function queueDepth(url: string): Promise<number> {
   const out = await sqs.send(
-    new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'] }),
+    new GetQueueAttributesCommand({
+      QueueUrl: url,
+      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'],
+    }),
   );
   const a = out.Attributes ?? {};
   return Number(a.ApproximateNumberOfMessages ?? 0) + Number(a.ApproximateNumberOfMessagesNotVisible ?? 0) + Number(a.ApproximateNumberOfMessagesDelayed ?? 0);
@@ -89,7 +99,11 @@ async function drainWebhooks(): Promise<Record<string, unknown>[]> {
 }
 
 const done = (vesselId: string) =>
-  pollUntil(() => vesselRecord(gw.url, token, vesselId), (r) => r.isCompleted, { timeoutMs: 20_000, everyMs: 100, what: `vessel ${vesselId} ending` });
+  pollUntil(
+    () => vesselRecord(gw.url, token, vesselId),
+    (r) => r.isCompleted,
+    { timeoutMs: 20_000, everyMs: 100, what: `vessel ${vesselId} ending` },
+  );
 
 const nothing: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
 
@@ -115,20 +129,22 @@ async function planted(tag: string, change: (v: StoredVessel) => Partial<StoredV
 }
 
 /** An execution that died a while ago: its heartbeat (`reconcileAt`) lapsed 5 s before now. */
-const deadExecution = (attempts: number, extra: Partial<StoredVessel> = {}) => (v: StoredVessel): Partial<StoredVessel> => {
-  const now = Date.now();
-  return {
-    status: 'EXECUTING',
-    scheduledFor: now - 120_000,
-    startedAt: now - 90_000,
-    updatedAt: now - 65_000,
-    attempts,
-    runId: `dead-${v.vesselId}`,
-    reconcileShard: reconcileShardOf(v.vesselId),
-    reconcileAt: now - 5_000,
-    ...extra,
+const deadExecution =
+  (attempts: number, extra: Partial<StoredVessel> = {}) =>
+  (v: StoredVessel): Partial<StoredVessel> => {
+    const now = Date.now();
+    return {
+      status: 'EXECUTING',
+      scheduledFor: now - 120_000,
+      startedAt: now - 90_000,
+      updatedAt: now - 65_000,
+      attempts,
+      runId: `dead-${v.vesselId}`,
+      reconcileShard: reconcileShardOf(v.vesselId),
+      reconcileAt: now - 5_000,
+      ...extra,
+    };
   };
-};
 
 describe('the reconciler', () => {
   it('re-drives a waiting vessel whose trigger was lost, once VESSEL_REDRIVE_AFTER_SECONDS have passed, and it runs', async () => {
@@ -167,7 +183,11 @@ describe('the reconciler', () => {
     expect(await reconcileVessels(new Date(before.scheduledFor + REDRIVE_SECONDS * 1000))).toEqual({ ...nothing, redriven: 1 });
     const end = await done(q.vesselId);
     expect(end).toMatchObject({ status: 'COMPLETED', attempts: 1 });
-    await pollUntil(() => queueDepth(gw.queues.urls.RUN_QUEUE_URL), (n) => n === 0, { timeoutMs: 10_000, what: 'the run queue drained' });
+    await pollUntil(
+      () => queueDepth(gw.queues.urls.RUN_QUEUE_URL),
+      (n) => n === 0,
+      { timeoutMs: 10_000, what: 'the run queue drained' },
+    );
     expect(calls(tag)).toHaveLength(1);
   });
 
@@ -253,14 +273,22 @@ describe('the reconciler', () => {
     const tag = nextTag();
     // Due a minute ago, waiting, not to be reconciled for an hour: only a message can move it.
     const v = await planted(tag, () => ({ status: 'QUEUED', scheduledFor: Date.now() - 60_000, reconcileAt: Date.now() + 3_600_000 }));
-    await sqs.send(new SendMessageCommand({ QueueUrl: gw.queues.urls.RUN_QUEUE_URL, MessageBody: JSON.stringify({ vesselId: v.vesselId, driveId: 'an-older-trigger' }) }));
-    await pollUntil(() => queueDepth(gw.queues.urls.RUN_QUEUE_URL), (n) => n === 0, { timeoutMs: 10_000, what: 'the stale message consumed' });
+    await sqs.send(
+      new SendMessageCommand({ QueueUrl: gw.queues.urls.RUN_QUEUE_URL, MessageBody: JSON.stringify({ vesselId: v.vesselId, driveId: 'an-older-trigger' }) }),
+    );
+    await pollUntil(
+      () => queueDepth(gw.queues.urls.RUN_QUEUE_URL),
+      (n) => n === 0,
+      { timeoutMs: 10_000, what: 'the stale message consumed' },
+    );
     await new Promise((r) => setTimeout(r, 500));
     const after = await stored(v.vesselId);
     expect(after).toMatchObject({ status: 'QUEUED', driveId: v.driveId, attempts: 0, updatedAt: v.updatedAt });
     expect(calls(tag)).toHaveLength(0);
 
-    await sqs.send(new SendMessageCommand({ QueueUrl: gw.queues.urls.RUN_QUEUE_URL, MessageBody: JSON.stringify({ vesselId: v.vesselId, driveId: v.driveId }) }));
+    await sqs.send(
+      new SendMessageCommand({ QueueUrl: gw.queues.urls.RUN_QUEUE_URL, MessageBody: JSON.stringify({ vesselId: v.vesselId, driveId: v.driveId }) }),
+    );
     expect(await done(v.vesselId)).toMatchObject({ status: 'COMPLETED', attempts: 1 });
     expect(calls(tag)).toHaveLength(1);
   });
@@ -272,10 +300,14 @@ describe('the reconciler', () => {
     const ran = await done(q.vesselId);
     expect(ran).toMatchObject({ status: 'COMPLETED', callback: { url: callback.url, signed: true }, webhook: { status: 'pending', attempts: [] } });
     // The executor handed it off at the end: attempt 1 of round 1, nothing else in the message.
-    const first = await pollUntil(drainWebhooks, (ms) => ms.length > 0, { timeoutMs: 5_000, what: 'the executor\'s hand-off' });
+    const first = await pollUntil(drainWebhooks, (ms) => ms.length > 0, { timeoutMs: 5_000, what: "the executor's hand-off" });
     expect(first).toEqual([{ vesselId: q.vesselId, round: 1, attempt: 1 }]);
     // The hand-off is noted on the vessel just after the message is sent: wait for that write.
-    const handed = await pollUntil(() => stored(q.vesselId), (v) => v.callbackHandedOffAt !== undefined, { timeoutMs: 5_000, everyMs: 50, what: 'the hand-off noted' });
+    const handed = await pollUntil(
+      () => stored(q.vesselId),
+      (v) => v.callbackHandedOffAt !== undefined,
+      { timeoutMs: 5_000, everyMs: 50, what: 'the hand-off noted' },
+    );
     expect(handed.webhook).toEqual({ status: 'pending', round: 1, tried: 0, attempts: [] });
     // Still watched while the delivery is pending, as its end left it: looked at VESSEL_REDRIVE_AFTER_SECONDS after it.
     expect(handed).toMatchObject({ reconcileShard: reconcileShardOf(q.vesselId), reconcileAt: handed.completedAt! + REDRIVE_SECONDS * 1000 });
@@ -319,7 +351,12 @@ describe('the reconciler', () => {
     expect(calls(tag)).toHaveLength(1);
 
     // Settled (here: delivered, as the sender would record it without taking it out of the index): it leaves the index.
-    await documentClient().send(new PutCommand({ TableName: table(), Item: { ...(await stored(q.vesselId)), webhook: { status: 'delivered', round: 1, tried: 1, attempts: [] }, reconcileAt: Date.now() - 1 } }));
+    await documentClient().send(
+      new PutCommand({
+        TableName: table(),
+        Item: { ...(await stored(q.vesselId)), webhook: { status: 'delivered', round: 1, tried: 1, attempts: [] }, reconcileAt: Date.now() - 1 },
+      }),
+    );
     expect(await reconcileVessels(new Date())).toEqual(nothing);
     const settled = await stored(q.vesselId);
     expect(settled).not.toHaveProperty('reconcileAt');

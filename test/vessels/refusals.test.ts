@@ -75,14 +75,25 @@ describe('400', () => {
     const executeAt = new Date(Date.now() + 366 * 86_400_000).toISOString();
     const res = await api.incubate({ message: 'hi', idempotencyKey: 'k-far', options: { token }, executeAt });
     expect(res.status).toBe(400);
-    expect(res.body).toEqual(invalid(expect.stringMatching(new RegExp(`^executeAt must be at most 365 days ahead \\(${executeAt.replace(/\./g, '\\.')} is later than \\d{4}-\\d{2}-\\d{2}T[\\d:.]+Z\\)$`)) as unknown as string));
+    expect(res.body).toEqual(
+      invalid(
+        expect.stringMatching(
+          new RegExp(`^executeAt must be at most 365 days ahead \\(${executeAt.replace(/\./g, '\\.')} is later than \\d{4}-\\d{2}-\\d{2}T[\\d:.]+Z\\)$`),
+        ) as unknown as string,
+      ),
+    );
     // 365 days less a minute is accepted.
-    const near = await api.incubate({ message: 'hi', idempotencyKey: `k-year-${++seq}`, options: { token }, executeAt: new Date(Date.now() + 365 * 86_400_000 - 60_000).toISOString() });
+    const near = await api.incubate({
+      message: 'hi',
+      idempotencyKey: `k-year-${++seq}`,
+      options: { token },
+      executeAt: new Date(Date.now() + 365 * 86_400_000 - 60_000).toISOString(),
+    });
     expect(near.status).toBe(202);
     expect((await api.cancel(near.body.vesselId, token)).status).toBe(200);
   });
 
-  it("options are refused exactly as /prompt refuses them", async () => {
+  it('options are refused exactly as /prompt refuses them', async () => {
     for (const options of [
       { maxTurn: 3 },
       { maxTurns: 0 },
@@ -92,7 +103,11 @@ describe('400', () => {
       { outputFormat: { type: 'json_schema', schema: { type: 'nope' } } },
       { model: 'gpt-4o', tools: [{ type: 'web_search_20250305', name: 'web_search' }] },
     ]) {
-      const viaPrompt = await fetch(`${gw.url}/prompt`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ message: 'hi', options: { token, ...options } }) });
+      const viaPrompt = await fetch(`${gw.url}/prompt`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ message: 'hi', options: { token, ...options } }),
+      });
       const promptBody = await viaPrompt.json();
       const res = await api.incubate({ message: 'hi', idempotencyKey: 'k-opts', options: { token, ...options } });
       expect({ status: res.status, body: res.body }, JSON.stringify(options)).toEqual({ status: viaPrompt.status, body: promptBody });
@@ -108,7 +123,10 @@ describe('400', () => {
       [{ items: [], options: { token } }, invalid('items must not be empty')],
       [{ options: { token } }, invalid('items is required and must be an array')],
       [{ items: items(1), options: { token }, ttl: -5 }, invalid('ttl must not be negative')],
-      [{ items: items(1), options: { token }, callback: { url: 'http://169.254.169.254/' } }, invalid('callback.url is refused: address 169.254.169.254 is not allowed')],
+      [
+        { items: items(1), options: { token }, callback: { url: 'http://169.254.169.254/' } },
+        invalid('callback.url is refused: address 169.254.169.254 is not allowed'),
+      ],
       [{ items: items(1), options: { token, maxTurn: 1 } }, invalid('options: Unrecognized key: "maxTurn"')],
       [{ items: items(1), options: { token }, idempotencyKey: 'batch-level' }, invalid('Unrecognized key: "idempotencyKey"')],
     ];
@@ -125,9 +143,22 @@ describe('400', () => {
 
 describe('401: the token is checked first', () => {
   it('expired → {"error":"token_expired"}; missing, forged or of no project → invalid_token with the reason; on /incubate and /incubate/batch alike', async () => {
-    const expired = await mintToken({ projectId: gw.projectId, userId: 'late', secret: gw.secret, budget: { ai: 1_000, compute: 60, window: 'day' }, expiresInSeconds: 60, now: Date.now() - 3_600_000 });
+    const expired = await mintToken({
+      projectId: gw.projectId,
+      userId: 'late',
+      secret: gw.secret,
+      budget: { ai: 1_000, compute: 60, window: 'day' },
+      expiresInSeconds: 60,
+      now: Date.now() - 3_600_000,
+    });
     const forged = token.slice(0, -4) + (token.endsWith('AAAA') ? 'BBBB' : 'AAAA');
-    const stranger = await mintToken({ projectId: 'prj_doesnotexist000000', userId: 'x', secret: 's'.repeat(32), budget: { ai: 1, compute: 1, window: 'day' }, expiresInSeconds: 60 });
+    const stranger = await mintToken({
+      projectId: 'prj_doesnotexist000000',
+      userId: 'x',
+      secret: 's'.repeat(32),
+      budget: { ai: 1, compute: 1, window: 'day' },
+      expiresInSeconds: 60,
+    });
     const cases: [unknown, Record<string, unknown>][] = [
       [expired, { error: 'token_expired' }],
       [undefined, { error: 'invalid_token', message: 'Missing token: send it in options.token' }],
@@ -145,8 +176,15 @@ describe('401: the token is checked first', () => {
       expect({ status: batch.status, body: batch.body }, String(t)).toEqual({ status: 401, body: expected });
     }
     // A token in the Authorization header is not the body's token.
-    const inHeader = await fetch(`${gw.url}/incubate`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify({ message: 'hi', idempotencyKey: 'k', options: {} }) });
-    expect({ status: inHeader.status, body: await inHeader.json() }).toEqual({ status: 401, body: { error: 'invalid_token', message: 'Missing token: send it in options.token' } });
+    const inHeader = await fetch(`${gw.url}/incubate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ message: 'hi', idempotencyKey: 'k', options: {} }),
+    });
+    expect({ status: inHeader.status, body: await inHeader.json() }).toEqual({
+      status: 401,
+      body: { error: 'invalid_token', message: 'Missing token: send it in options.token' },
+    });
     expect(await vesselItems(gw.projectId)).toHaveLength(before);
   });
 });
@@ -157,7 +195,13 @@ describe("402: the developer's plan", () => {
     await createDeveloper({ developerId, planSeconds: 100, poolSeconds: 20 });
     const project = await createProject({ developerId });
     await addDeveloperCompute(developerId, 120);
-    const t = await mintToken({ projectId: project.projectId, userId: 'u', secret: project.secret, budget: { ai: 1_000_000, compute: 600, window: 'day' }, expiresInSeconds: 600 });
+    const t = await mintToken({
+      projectId: project.projectId,
+      userId: 'u',
+      secret: project.secret,
+      budget: { ai: 1_000_000, compute: 600, window: 'day' },
+      expiresInSeconds: 600,
+    });
     const expected = { error: 'developer_budget_exhausted', used: 120, available: 0, planSeconds: 100, poolSeconds: 20 };
     const single = await api.incubate({ message: 'hi', idempotencyKey: 'k-402', options: { token: t } });
     expect({ status: single.status, body: single.body }).toEqual({ status: 402, body: expected });
@@ -171,7 +215,13 @@ describe("402: the developer's plan", () => {
     const developerId = `dev-later-${randomBytes(4).toString('hex')}`;
     await createDeveloper({ developerId, planSeconds: 100 });
     const project = await createProject({ developerId });
-    const t = await mintToken({ projectId: project.projectId, userId: 'u', secret: project.secret, budget: { ai: 1_000_000, compute: 600, window: 'day' }, expiresInSeconds: 600 });
+    const t = await mintToken({
+      projectId: project.projectId,
+      userId: 'u',
+      secret: project.secret,
+      budget: { ai: 1_000_000, compute: 600, window: 'day' },
+      expiresInSeconds: 600,
+    });
     const res = await api.incubate({ message: 'Soon [[words:1]]', idempotencyKey: 'k-later', options: { token: t, model: MODEL }, ttl: 2 });
     expect(res.status).toBe(202);
     await addDeveloperCompute(developerId, 100);
@@ -181,7 +231,15 @@ describe("402: the developer's plan", () => {
     expect(done.output).toEqual({
       success: false,
       text: "The vessel could not run: The developer's compute plan is used up for this month: 100 of 100 seconds",
-      result: { type: 'result', subtype: 'error_developer_budget_exhausted', total_cost_usd: 0, total_cost_microdollars: 0, usage: { input_tokens: 0, output_tokens: 0 }, num_turns: 0, duration_secs: 0 },
+      result: {
+        type: 'result',
+        subtype: 'error_developer_budget_exhausted',
+        total_cost_usd: 0,
+        total_cost_microdollars: 0,
+        usage: { input_tokens: 0, output_tokens: 0 },
+        num_turns: 0,
+        duration_secs: 0,
+      },
     });
   });
 });
@@ -195,9 +253,28 @@ describe('404: a vessel is seen only by its own project and user', () => {
     const other = await createProject({ developerId: gw.developerId });
     const bearers: [string, string | undefined][] = [
       ['another user', await gw.token({ user: 'bob' })],
-      ['another project, same user id', await mintToken({ projectId: other.projectId, userId: 'alice', secret: other.secret, budget: { ai: 1_000, compute: 60, window: 'day' }, expiresInSeconds: 600 })],
+      [
+        'another project, same user id',
+        await mintToken({
+          projectId: other.projectId,
+          userId: 'alice',
+          secret: other.secret,
+          budget: { ai: 1_000, compute: 60, window: 'day' },
+          expiresInSeconds: 600,
+        }),
+      ],
       ['no token', undefined],
-      ['expired', await mintToken({ projectId: gw.projectId, userId: 'alice', secret: gw.secret, budget: { ai: 1_000, compute: 60, window: 'day' }, expiresInSeconds: 60, now: Date.now() - 3_600_000 })],
+      [
+        'expired',
+        await mintToken({
+          projectId: gw.projectId,
+          userId: 'alice',
+          secret: gw.secret,
+          budget: { ai: 1_000, compute: 60, window: 'day' },
+          expiresInSeconds: 60,
+          now: Date.now() - 3_600_000,
+        }),
+      ],
       ['forged', alice.slice(0, -4) + (alice.endsWith('AAAA') ? 'BBBB' : 'AAAA')],
       ['garbage', 'garbage'],
     ];

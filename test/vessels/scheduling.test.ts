@@ -101,7 +101,12 @@ describe('near: an SQS delay', () => {
     const token = await gw.token({ user: 'past-user' });
     const idempotencyKey = key('past');
     const sent = Date.now();
-    const res = await api.incubate({ message: 'Now [[words:1]] [[latency:800]]', idempotencyKey, options: { token, model: MODEL }, executeAt: '2020-01-01T00:00:00Z' });
+    const res = await api.incubate({
+      message: 'Now [[words:1]] [[latency:800]]',
+      idempotencyKey,
+      options: { token, model: MODEL },
+      executeAt: '2020-01-01T00:00:00Z',
+    });
     const received = Date.now();
     expect(res.status).toBe(202);
     const scheduledFor = new Date(res.body.scheduledFor).getTime();
@@ -125,7 +130,12 @@ describe('near: an SQS delay', () => {
       expiresInSeconds: 3,
       now: Date.now() - CLOCK_TOLERANCE_SECONDS * 1_000 - 500,
     });
-    const res = await api.incubate({ message: 'After expiry [[words:2]]', idempotencyKey: key('expiring'), options: { token: shortLived, model: MODEL }, ttl: 4 });
+    const res = await api.incubate({
+      message: 'After expiry [[words:2]]',
+      idempotencyKey: key('expiring'),
+      options: { token: shortLived, model: MODEL },
+      ttl: 4,
+    });
     expect(res.status).toBe(202);
     await new Promise((r) => setTimeout(r, 3_000));
     // Expired now: refused as a token, and not good for reading the record either.
@@ -151,7 +161,14 @@ describe('far: the scheduler stand-in', () => {
 
     // One schedule, named after the vessel and its trigger, firing a minute early, delivering the run message.
     const mine = () => gw.scheduler.pending().filter((s) => s.name.startsWith(`vessel-${vesselId}-`));
-    expect(mine()).toEqual([{ name: expect.stringMatching(new RegExp(`^vessel-${vesselId}-[0-9a-f]{8}$`)), at: new Date(due - 60_000).toISOString(), body: expect.any(String), queueUrl: gw.queues.urls.RUN_QUEUE_URL }]);
+    expect(mine()).toEqual([
+      {
+        name: expect.stringMatching(new RegExp(`^vessel-${vesselId}-[0-9a-f]{8}$`)),
+        at: new Date(due - 60_000).toISOString(),
+        body: expect.any(String),
+        queueUrl: gw.queues.urls.RUN_QUEUE_URL,
+      },
+    ]);
     expect(JSON.parse(mine()[0]!.body)).toEqual({ vesselId, driveId: expect.any(String) });
     expect((await api.status(vesselId, token)).body).toMatchObject({ status: 'PENDING', scheduledFor: executeAt, attempts: 0 });
     // Nothing on the run queue for it (nor anything else, once earlier tests' messages are gone).

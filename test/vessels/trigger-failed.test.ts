@@ -145,7 +145,12 @@ describe('the run queue unreachable', () => {
       items: [
         { index: 0, idempotencyKey: 'tfb-1', status: 'failed', error: { code: 'trigger_failed', message: runQueueDown.message } },
         { index: 1, idempotencyKey: 'tfb-2', status: 'failed', error: { code: 'trigger_failed', message: runQueueDown.message } },
-        { index: 2, idempotencyKey: 'tfb-1', status: 'failed', error: { code: 'duplicate_idempotency_key', message: 'items.2: idempotencyKey "tfb-1" appears earlier in this batch' } },
+        {
+          index: 2,
+          idempotencyKey: 'tfb-1',
+          status: 'failed',
+          error: { code: 'duplicate_idempotency_key', message: 'items.2: idempotencyKey "tfb-1" appears earlier in this batch' },
+        },
       ],
     });
     expect(await vesselItems(gw.projectId)).toHaveLength(before);
@@ -169,7 +174,10 @@ describe('the scheduler unreachable', () => {
     const res = await api.incubate(body);
     expect({ status: res.status, body: res.body }).toEqual({
       status: 503,
-      body: { error: 'trigger_failed', message: 'The scheduler is unavailable, so the vessel was not queued (nothing was kept; retry with the same idempotencyKey)' },
+      body: {
+        error: 'trigger_failed',
+        message: 'The scheduler is unavailable, so the vessel was not queued (nothing was kept; retry with the same idempotencyKey)',
+      },
     });
     expect(await vesselItems(gw.projectId)).toHaveLength(before);
     expect(gw.scheduler.pending()).toEqual([]);

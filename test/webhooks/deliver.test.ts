@@ -202,7 +202,12 @@ describe('what the receiver gets', () => {
     });
     expect(got.headers['user-agent']).toBe('prompt-gateway-webhooks/1.0');
     // And the receiver's helper accepts what arrived.
-    expect(verifyWebhook(got.body, got.headers, SECRET)).toEqual({ ok: true, scheme: 'standard-webhooks', webhookId: 'msg_v-1', timestamp: new Date(ts * 1000) });
+    expect(verifyWebhook(got.body, got.headers, SECRET)).toEqual({
+      ok: true,
+      scheme: 'standard-webhooks',
+      webhookId: 'msg_v-1',
+      timestamp: new Date(ts * 1000),
+    });
   });
 
   it('no signature headers when there is no secret', async () => {
@@ -225,21 +230,17 @@ describe('what the receiver gets', () => {
 });
 
 describe('network failures', () => {
-  it(
-    'a receiver that never answers is cut at 10 s',
-    async () => {
-      expect(DELIVERY_TIMEOUT_MS).toBe(10_000);
-      const count = main.received.length;
-      const out = await deliver('/hang');
-      expect(main.received).toHaveLength(count + 1); // it did receive the request
-      expect(out.verdict).toBe('retry');
-      expect(out.attempt.statusCode).toBeUndefined();
-      expect(out.attempt.error).toMatch(/^timed out/);
-      expect(out.attempt.durationMs).toBeGreaterThanOrEqual(9_500);
-      expect(out.attempt.durationMs).toBeLessThanOrEqual(12_500);
-    },
-    20_000,
-  );
+  it('a receiver that never answers is cut at 10 s', async () => {
+    expect(DELIVERY_TIMEOUT_MS).toBe(10_000);
+    const count = main.received.length;
+    const out = await deliver('/hang');
+    expect(main.received).toHaveLength(count + 1); // it did receive the request
+    expect(out.verdict).toBe('retry');
+    expect(out.attempt.statusCode).toBeUndefined();
+    expect(out.attempt.error).toMatch(/^timed out/);
+    expect(out.attempt.durationMs).toBeGreaterThanOrEqual(9_500);
+    expect(out.attempt.durationMs).toBeLessThanOrEqual(12_500);
+  }, 20_000);
 
   it('a closed port → connection failed: ECONNREFUSED', async () => {
     const port = await freePort();
@@ -251,7 +252,10 @@ describe('network failures', () => {
 describe('the outbound guard', () => {
   it('a literal private IP is refused before any connection', async () => {
     const out = await attemptDelivery('http://10.0.0.1/x', BODY, headersAt());
-    expect(out).toEqual({ verdict: 'refused', attempt: { at: expect.any(Number), durationMs: expect.any(Number), error: 'refused: address 10.0.0.1 is not allowed' } });
+    expect(out).toEqual({
+      verdict: 'refused',
+      attempt: { at: expect.any(Number), durationMs: expect.any(Number), error: 'refused: address 10.0.0.1 is not allowed' },
+    });
     // Refused by the URL check: a connection attempt to 10.0.0.1 would time out or fail otherwise, not at once.
     expect(out.attempt.durationMs).toBeLessThan(1_000);
   });

@@ -44,7 +44,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** The receiver's own checks, with node:crypto only: key = the UTF-8 bytes of the secret. */
 const ownHex = (body: Buffer, secret: string) => createHmac('sha256', Buffer.from(secret, 'utf8')).update(body).digest('hex');
 const ownStandard = (id: string, ts: string, body: Buffer, secret: string) =>
-  createHmac('sha256', Buffer.from(secret, 'utf8')).update(Buffer.concat([Buffer.from(`${id}.${ts}.`, 'utf8'), body])).digest('base64');
+  createHmac('sha256', Buffer.from(secret, 'utf8'))
+    .update(Buffer.concat([Buffer.from(`${id}.${ts}.`, 'utf8'), body]))
+    .digest('base64');
 
 /** The callback body a vessel's record implies, in the documented key order (so its JSON is the exact bytes). */
 function expectedBody(rec: VesselRecord) {
@@ -66,10 +68,14 @@ function expectedBody(rec: VesselRecord) {
 
 /** Waits until the vessel's delivery is recorded as delivered, then the grace period, and answers the record. */
 async function delivered(token: string, vesselId: string, graceMs = GRACE_MS): Promise<VesselRecord> {
-  await pollUntil(() => vesselRecord(gw.url, token, vesselId), (r) => r.webhook?.status === 'delivered' || r.webhook?.status === 'failed', {
-    timeoutMs: 30_000,
-    what: `delivery of ${vesselId}`,
-  });
+  await pollUntil(
+    () => vesselRecord(gw.url, token, vesselId),
+    (r) => r.webhook?.status === 'delivered' || r.webhook?.status === 'failed',
+    {
+      timeoutMs: 30_000,
+      what: `delivery of ${vesselId}`,
+    },
+  );
   if (graceMs > 0) await sleep(graceMs);
   return vesselRecord(gw.url, token, vesselId);
 }
@@ -144,7 +150,14 @@ describe('one signed delivery per ended vessel', () => {
     expect(rx.requests).toHaveLength(1);
     const [req] = rx.requests;
     checkSigned(req!, rec, secret);
-    expect(JSON.parse(req!.text)).toMatchObject({ success: true, text: 'word1 word2', result: { subtype: 'success' }, vesselId: q.vesselId, idempotencyKey, status: 'COMPLETED' });
+    expect(JSON.parse(req!.text)).toMatchObject({
+      success: true,
+      text: 'word1 word2',
+      result: { subtype: 'success' },
+      vesselId: q.vesselId,
+      idempotencyKey,
+      status: 'COMPLETED',
+    });
     checkOneAttempt(rec, req!, 202);
   });
 
@@ -152,7 +165,12 @@ describe('one signed delivery per ended vessel', () => {
     const rx = await receiver(200);
     const token = await gw.token({ user: `spent-${++seq}`, budget: { ai: 0 } });
     const secret = 'failed-secret';
-    const q = await incubate(gw.url, { message: 'Never runs [[words:2]]', idempotencyKey: key('failed'), options: { token, model: MODEL }, callback: { url: rx.url, secret } });
+    const q = await incubate(gw.url, {
+      message: 'Never runs [[words:2]]',
+      idempotencyKey: key('failed'),
+      options: { token, model: MODEL },
+      callback: { url: rx.url, secret },
+    });
     const rec = await delivered(token, q.vesselId);
     expect(rec.status).toBe('FAILED');
 
@@ -177,7 +195,12 @@ describe('one signed delivery per ended vessel', () => {
     const q = await incubate(gw.url, {
       message: 'Loop [[1> tool:get_weather {}]] [[2> tool:get_weather {}]]',
       idempotencyKey: key('turns'),
-      options: { token, model: MODEL, maxTurns: 1, tools: [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' }, url: 'http://127.0.0.1:9/weather' }] },
+      options: {
+        token,
+        model: MODEL,
+        maxTurns: 1,
+        tools: [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' }, url: 'http://127.0.0.1:9/weather' }],
+      },
       callback: { url: rx.url, secret },
     });
     const rec = await delivered(token, q.vesselId);
@@ -197,7 +220,13 @@ describe('one signed delivery per ended vessel', () => {
     const rx = await receiver(204);
     const token = await gw.token({ user: `cancel-${++seq}` });
     const secret = 'cancel-secret';
-    const q = await incubate(gw.url, { message: 'Later [[words:2]]', idempotencyKey: key('cancel'), options: { token, model: MODEL }, ttl: 600, callback: { url: rx.url, secret } });
+    const q = await incubate(gw.url, {
+      message: 'Later [[words:2]]',
+      idempotencyKey: key('cancel'),
+      options: { token, model: MODEL },
+      ttl: 600,
+      callback: { url: rx.url, secret },
+    });
     const canceled = await api.cancel(q.vesselId, token);
     expect(canceled.status).toBe(200);
     expect(canceled.body.status).toBe('CANCELED');
@@ -222,7 +251,12 @@ describe('one signed delivery per ended vessel', () => {
 it('an unsigned callback: webhook-id and webhook-timestamp, but neither signature header', async () => {
   const rx = await receiver(200);
   const token = await gw.token({ user: `unsigned-${++seq}` });
-  const q = await incubate(gw.url, { message: 'Plain [[words:3]]', idempotencyKey: key('unsigned'), options: { token, model: MODEL }, callback: { url: rx.url } });
+  const q = await incubate(gw.url, {
+    message: 'Plain [[words:3]]',
+    idempotencyKey: key('unsigned'),
+    options: { token, model: MODEL },
+    callback: { url: rx.url },
+  });
   const rec = await delivered(token, q.vesselId);
   expect(rec.callback).toEqual({ url: rx.url, signed: false });
 
@@ -236,7 +270,10 @@ it('an unsigned callback: webhook-id and webhook-timestamp, but neither signatur
   expect(req!.headers).not.toHaveProperty('webhook-signature');
   expect(req!.headers).not.toHaveProperty('x-service-signature');
   expect(req!.rawHeaders.map((h) => h.toLowerCase())).not.toContain('x-service-signature');
-  expect(verifyWebhook(req!.body, req!.headers, 'anything')).toEqual({ ok: false, reason: 'no signature: neither webhook-signature nor X-Service-Signature is present' });
+  expect(verifyWebhook(req!.body, req!.headers, 'anything')).toEqual({
+    ok: false,
+    reason: 'no signature: neither webhook-signature nor X-Service-Signature is present',
+  });
   checkOneAttempt(rec, req!, 200);
 });
 
@@ -262,7 +299,12 @@ it("a batch's callback: exactly one delivery per vessel, distinct webhook-ids ma
   for (const [i, rec] of records.entries()) {
     const req = rx.requests.find((r) => r.headers['webhook-id'] === `msg_${rec.vesselId}`)!;
     checkSigned(req, rec, secret);
-    expect(JSON.parse(req.text)).toMatchObject({ success: true, text: Array.from({ length: i + 1 }, (_, w) => `word${w + 1}`).join(' '), idempotencyKey: items[i]!.idempotencyKey, status: 'COMPLETED' });
+    expect(JSON.parse(req.text)).toMatchObject({
+      success: true,
+      text: Array.from({ length: i + 1 }, (_, w) => `word${w + 1}`).join(' '),
+      idempotencyKey: items[i]!.idempotencyKey,
+      status: 'COMPLETED',
+    });
     checkOneAttempt(rec, req, 200);
   }
 });
@@ -271,7 +313,12 @@ it('a secret with non-ASCII characters signs with its UTF-8 bytes', async () => 
   const rx = await receiver(200);
   const token = await gw.token({ user: `unicode-${++seq}` });
   const secret = 'pässwörd-🔑';
-  const q = await incubate(gw.url, { message: 'Unicode [[words:2]]', idempotencyKey: key('unicode'), options: { token, model: MODEL }, callback: { url: rx.url, secret } });
+  const q = await incubate(gw.url, {
+    message: 'Unicode [[words:2]]',
+    idempotencyKey: key('unicode'),
+    options: { token, model: MODEL },
+    callback: { url: rx.url, secret },
+  });
   const rec = await delivered(token, q.vesselId);
 
   expect(rx.requests).toHaveLength(1);

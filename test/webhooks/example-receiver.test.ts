@@ -89,7 +89,10 @@ async function post(rawBody: string, headers: Record<string, string>): Promise<{
 
 it('accepts a signed delivery (204) and logs the vessel id and status', async () => {
   const text = body('ves-example-1');
-  expect(await post(text, deliveryHeaders({ webhookId: 'msg_ves-example-1', timestamp: now(), body: text, secret: SECRET }))).toEqual({ status: 204, text: '' });
+  expect(await post(text, deliveryHeaders({ webhookId: 'msg_ves-example-1', timestamp: now(), body: text, secret: SECRET }))).toEqual({
+    status: 204,
+    text: '',
+  });
   // The child's stdout arrives through a pipe, a moment after the answer.
   await vi.waitFor(() => expect(output).toMatch(/ves-example-1.*COMPLETED/), { timeout: 5_000, interval: 50 });
 });
@@ -126,6 +129,9 @@ it('refuses another secret and an unsigned delivery', async () => {
 
 it('a refused delivery does not mark its webhook-id as handled', async () => {
   const text = body('ves-example-4', 'FAILED');
-  expect(await post(text, deliveryHeaders({ webhookId: 'msg_ves-example-4', timestamp: now(), body: text, secret: SECRET }))).toEqual({ status: 204, text: '' });
+  expect(await post(text, deliveryHeaders({ webhookId: 'msg_ves-example-4', timestamp: now(), body: text, secret: SECRET }))).toEqual({
+    status: 204,
+    text: '',
+  });
   await vi.waitFor(() => expect(output).toMatch(/ves-example-4.*FAILED/), { timeout: 5_000, interval: 50 });
 });

@@ -52,14 +52,23 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const toTheSecond = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString();
 
 async function vesselCalling(url: string): Promise<string> {
-  const q = await incubate(gw.url, { message: 'Later [[words:2]]', idempotencyKey: `long-${++seq}`, options: { token }, callback: { url, secret: 'long-wait-secret' } });
+  const q = await incubate(gw.url, {
+    message: 'Later [[words:2]]',
+    idempotencyKey: `long-${++seq}`,
+    options: { token },
+    callback: { url, secret: 'long-wait-secret' },
+  });
   return q.vesselId;
 }
 
 /** The schedule of attempt `attempt` of round 1 of `vesselId`, once it exists. */
 async function scheduleOf(vesselId: string, attempt: number): Promise<StoredSchedule> {
   const name = `webhook-${vesselId}-1-${attempt}`;
-  await pollUntil(async () => gw.scheduler.pending().find((s) => s.name === name), (s) => s !== undefined, { timeoutMs: 30_000, what: `schedule ${name}` });
+  await pollUntil(
+    async () => gw.scheduler.pending().find((s) => s.name === name),
+    (s) => s !== undefined,
+    { timeoutMs: 30_000, what: `schedule ${name}` },
+  );
   return gw.scheduler.pending().find((s) => s.name === name)!;
 }
 
@@ -67,10 +76,14 @@ const schedulesOf = (vesselId: string) => gw.scheduler.pending().filter((s) => s
 
 /** The record once it shows `n` attempts and what came after the last. */
 function recordAfter(vesselId: string, n: number, status: Webhook['status'], timeoutMs = 60_000): Promise<Webhook> {
-  return pollUntil(() => record(vesselId), (w) => w?.attempts.length === n && w.status === status && (status !== 'pending' || w.nextAttemptAt !== undefined), {
-    timeoutMs,
-    what: `${n} attempts, ${status}`,
-  }) as Promise<Webhook>;
+  return pollUntil(
+    () => record(vesselId),
+    (w) => w?.attempts.length === n && w.status === status && (status !== 'pending' || w.nextAttemptAt !== undefined),
+    {
+      timeoutMs,
+      what: `${n} attempts, ${status}`,
+    },
+  ) as Promise<Webhook>;
 }
 
 /** Fires what is due at `now` (the stand-in's own timer may be firing at that moment: then ask again). */
@@ -153,14 +166,20 @@ describe('waits over 15 minutes: the scheduler', () => {
       attempts: [1, 2, 3, 4].map((attempt) => ({ round: 1, attempt, time: expect.any(String), statusCode: 500, durationMs: expect.any(Number) })),
     });
     expect(Date.parse(failed.attempts[3]!.time)).toBeGreaterThanOrEqual(due4);
-    const stored = await pollUntil(() => getVessel(vesselId), (v) => v?.webhook?.deadLetteredAt !== undefined, { timeoutMs: 30_000, what: 'deadLetteredAt' });
+    const stored = await pollUntil(
+      () => getVessel(vesselId),
+      (v) => v?.webhook?.deadLetteredAt !== undefined,
+      { timeoutMs: 30_000, what: 'deadLetteredAt' },
+    );
     expect(stored!.webhook!.deadLetteredAt!).toBeGreaterThanOrEqual(due4);
 
     const sqs = sqsClient(gw.queues.endpoint);
     try {
       const letters: unknown[] = [];
       for (;;) {
-        const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl: gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1 }));
+        const out = await sqs.send(
+          new ReceiveMessageCommand({ QueueUrl: gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1 }),
+        );
         if (!out.Messages?.length) break;
         for (const m of out.Messages) {
           const body = JSON.parse(m.Body!) as { vesselId?: string };
@@ -199,10 +218,14 @@ describe('waits over 15 minutes: the scheduler', () => {
 
     // Fired about 20 minutes early (the clock is not moved): the sender gets the message and schedules it again.
     await fire(new Date(s3.at));
-    const again = await pollUntil(async () => gw.scheduler.pending().find((s) => s.name === s3.name), (s) => s !== undefined && s !== s3, {
-      timeoutMs: 30_000,
-      what: 'the early message put back as a schedule',
-    });
+    const again = await pollUntil(
+      async () => gw.scheduler.pending().find((s) => s.name === s3.name),
+      (s) => s !== undefined && s !== s3,
+      {
+        timeoutMs: 30_000,
+        what: 'the early message put back as a schedule',
+      },
+    );
     expectScheduleFor(again!, vesselId, 3, due3);
     expect(schedulesOf(vesselId)).toHaveLength(1);
     await sleep(3_000);
@@ -249,8 +272,16 @@ describe('sendWebhookMessage: an SQS delay within 15 minutes, a schedule beyond'
     await sendWebhookMessage({ vesselId, round: 1, attempt: 2, notBefore: now + 14 * MINUTE }, now);
     await sendWebhookMessage({ vesselId, round: 1, attempt: 3, notBefore: now + 15 * MINUTE }, now);
     expect(sends()).toEqual([
-      { QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, MessageBody: JSON.stringify({ vesselId, round: 1, attempt: 2, notBefore: now + 14 * MINUTE }), DelaySeconds: 840 },
-      { QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL, MessageBody: JSON.stringify({ vesselId, round: 1, attempt: 3, notBefore: now + 15 * MINUTE }), DelaySeconds: 900 },
+      {
+        QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL,
+        MessageBody: JSON.stringify({ vesselId, round: 1, attempt: 2, notBefore: now + 14 * MINUTE }),
+        DelaySeconds: 840,
+      },
+      {
+        QueueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL,
+        MessageBody: JSON.stringify({ vesselId, round: 1, attempt: 3, notBefore: now + 15 * MINUTE }),
+        DelaySeconds: 900,
+      },
     ]);
     expect(schedulesOf(vesselId)).toEqual([]);
   });
@@ -267,7 +298,12 @@ describe('sendWebhookMessage: an SQS delay within 15 minutes, a schedule beyond'
       expect(sends()).toEqual([]);
       const mine = schedulesOf(vesselId);
       expect(mine).toHaveLength(1);
-      expect(mine[0]).toEqual({ name: `webhook-${vesselId}-1-5`, at: toTheSecond(notBefore), body: expect.any(String), queueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL });
+      expect(mine[0]).toEqual({
+        name: `webhook-${vesselId}-1-5`,
+        at: toTheSecond(notBefore),
+        body: expect.any(String),
+        queueUrl: gw.queues.urls.WEBHOOK_QUEUE_URL,
+      });
       expect(JSON.parse(mine[0]!.body)).toEqual(message);
     } finally {
       await gw.scheduler.cancel(`webhook-${vesselId}-1-5`);

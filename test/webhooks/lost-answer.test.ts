@@ -21,7 +21,8 @@ let token: string;
 let loss: AnswerLoss;
 
 const isClaim = (input: WriteInput) => input.UpdateExpression?.includes('#w.#claim = :claim') === true;
-const isRecord = (input: WriteInput) => input.UpdateExpression?.includes('list_append(#w.#attempts, :one)') === true && input.ConditionExpression?.includes('#w.#claim.#by = :by') === true;
+const isRecord = (input: WriteInput) =>
+  input.UpdateExpression?.includes('list_append(#w.#attempts, :one)') === true && input.ConditionExpression?.includes('#w.#claim.#by = :by') === true;
 
 beforeAll(async () => {
   gw = await startTestGateway({ env: { WEBHOOK_RETRY_WAITS: '1', VESSEL_REDRIVE_AFTER_SECONDS: '600' } });
@@ -39,12 +40,22 @@ const loseClaimAndRecord = () => {
 };
 
 const stored = async (vesselId: string) => (await getVessel(vesselId))!;
-const settled = (vesselId: string) => pollUntil(() => stored(vesselId), (v) => v?.webhook?.status === 'delivered', { timeoutMs: 20_000, what: 'delivered' });
+const settled = (vesselId: string) =>
+  pollUntil(
+    () => stored(vesselId),
+    (v) => v?.webhook?.status === 'delivered',
+    { timeoutMs: 20_000, what: 'delivered' },
+  );
 
 it('the answers of the claim and of the record are lost: delivered at once, one request, one attempt recorded', async () => {
   loseClaimAndRecord();
   const before = rx.requests.length;
-  const q = await incubate(gw.url, { message: 'Lost answers [[words:2]]', idempotencyKey: 'lost-answer-1', options: { token }, callback: { url: rx.url, secret: 's' } });
+  const q = await incubate(gw.url, {
+    message: 'Lost answers [[words:2]]',
+    idempotencyKey: 'lost-answer-1',
+    options: { token },
+    callback: { url: rx.url, secret: 's' },
+  });
   const v = await settled(q.vesselId);
   expect(loss.lost.slice(-2)).toEqual(['claim', 'record']);
   expect(v.webhook).toMatchObject({ status: 'delivered', round: 1, tried: 1 });
@@ -58,7 +69,12 @@ it('a failed attempt whose record loses its answer still queues the retry, which
   rx.answer({ status: 500 });
   loseClaimAndRecord();
   const before = rx.requests.length;
-  const q = await incubate(gw.url, { message: 'Lost answer, retry [[words:2]]', idempotencyKey: 'lost-answer-2', options: { token }, callback: { url: rx.url, secret: 's' } });
+  const q = await incubate(gw.url, {
+    message: 'Lost answer, retry [[words:2]]',
+    idempotencyKey: 'lost-answer-2',
+    options: { token },
+    callback: { url: rx.url, secret: 's' },
+  });
   const v = await settled(q.vesselId);
   expect(loss.lost.slice(-2)).toEqual(['claim', 'record']);
   expect(v.webhook!.attempts.map((a) => [a.round, a.attempt, a.statusCode])).toEqual([

@@ -33,7 +33,11 @@ const stored = async (vesselId: string) => (await getVessel(vesselId))!;
 
 it('a settled delivery takes its vessel out of the reconcile index', async () => {
   const q = await incubate(gw.url, { message: 'Quick [[words:2]]', idempotencyKey: 'settled-1', options: { token }, callback: { url: rx.url, secret: 's' } });
-  const v = await pollUntil(() => stored(q.vesselId), (s) => s?.webhook?.status === 'delivered', { timeoutMs: 30_000, what: 'delivered' });
+  const v = await pollUntil(
+    () => stored(q.vesselId),
+    (s) => s?.webhook?.status === 'delivered',
+    { timeoutMs: 30_000, what: 'delivered' },
+  );
   expect(v.webhook).toMatchObject({ status: 'delivered', round: 1, tried: 1 });
   expect(v).not.toHaveProperty('reconcileShard');
   expect(v).not.toHaveProperty('reconcileAt');
@@ -43,7 +47,11 @@ it('an attempt whose message was lost is asked for again by the reconciler once 
   const before = rx.requests.length;
   rx.answer({ status: 500 });
   const q = await incubate(gw.url, { message: 'Lost retry [[words:2]]', idempotencyKey: 'lost-1', options: { token }, callback: { url: rx.url, secret: 's' } });
-  const pending = await pollUntil(() => stored(q.vesselId), (s) => s?.webhook?.tried === 1, { timeoutMs: 30_000, what: 'attempt 1 recorded' });
+  const pending = await pollUntil(
+    () => stored(q.vesselId),
+    (s) => s?.webhook?.tried === 1,
+    { timeoutMs: 30_000, what: 'attempt 1 recorded' },
+  );
   const next = pending.webhook!.nextAttemptAt!;
   expect(pending.webhook).toMatchObject({ status: 'pending', round: 1, tried: 1, attempts: [expect.objectContaining({ statusCode: 500 })] });
   // Watched until the retry is overdue by VESSEL_REDRIVE_AFTER_SECONDS.
@@ -51,14 +59,22 @@ it('an attempt whose message was lost is asked for again by the reconciler once 
 
   // The retry's schedule is lost.
   const name = `webhook-${q.vesselId}-1-2`;
-  await pollUntil(async () => gw.scheduler.pending().map((s) => s.name), (names) => names.includes(name), { timeoutMs: 10_000, what: 'the retry scheduled' });
+  await pollUntil(
+    async () => gw.scheduler.pending().map((s) => s.name),
+    (names) => names.includes(name),
+    { timeoutMs: 10_000, what: 'the retry scheduled' },
+  );
   await gw.scheduler.cancel(name);
 
   // Not overdue yet: nothing happens.
   expect((await reconcileVessels(new Date(next))).deliveriesRedriven).toBe(0);
   // Overdue: attempt 2 is asked for, made at once, and delivered; the vessel leaves the index.
   expect((await reconcileVessels(new Date(next + REDRIVE_SECONDS * 1000 + 1))).deliveriesRedriven).toBe(1);
-  const done = await pollUntil(() => stored(q.vesselId), (s) => s?.webhook?.status === 'delivered', { timeoutMs: 30_000, what: 'delivered by the re-asked attempt' });
+  const done = await pollUntil(
+    () => stored(q.vesselId),
+    (s) => s?.webhook?.status === 'delivered',
+    { timeoutMs: 30_000, what: 'delivered by the re-asked attempt' },
+  );
   expect(done.webhook!.attempts.map((a) => [a.round, a.attempt, a.statusCode])).toEqual([
     [1, 1, 500],
     [1, 2, 204],

@@ -89,7 +89,7 @@ async function clis(argvs: string[][]): Promise<Run[]> {
   const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => (errors.push(String(chunk)), true));
   try {
     const codes = await Promise.all(argvs.map((argv) => main(argv, deps)));
-    return codes.map((code) => ({ code, stdout: code === 0 ? lines.shift() ?? '' : '', stderr: code === 0 ? '' : errors.shift() ?? '' }));
+    return codes.map((code) => ({ code, stdout: code === 0 ? (lines.shift() ?? '') : '', stderr: code === 0 ? '' : (errors.shift() ?? '') }));
   } finally {
     out.mockRestore();
     err.mockRestore();
@@ -103,13 +103,23 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const record = async (vesselId: string) => (await vesselRecord(gw.url, token, vesselId)).webhook;
 
 async function vesselCalling(url: string, extra: Record<string, unknown> = {}): Promise<string> {
-  const q = await incubate(gw.url, { message: 'Result [[words:3]]', idempotencyKey: `redeliver-${++seq}`, options: { token }, callback: { url, secret: SECRET }, ...extra });
+  const q = await incubate(gw.url, {
+    message: 'Result [[words:3]]',
+    idempotencyKey: `redeliver-${++seq}`,
+    options: { token },
+    callback: { url, secret: SECRET },
+    ...extra,
+  });
   return q.vesselId;
 }
 
 /** The record once the delivery is `status` with `n` attempts in all. */
 function recordWhen(vesselId: string, status: Webhook['status'], n: number, timeoutMs = 60_000): Promise<Webhook> {
-  return pollUntil(() => record(vesselId), (w) => w?.status === status && w.attempts.length === n, { timeoutMs, what: `${status} after ${n} attempts` }) as Promise<Webhook>;
+  return pollUntil(
+    () => record(vesselId),
+    (w) => w?.status === status && w.attempts.length === n,
+    { timeoutMs, what: `${status} after ${n} attempts` },
+  ) as Promise<Webhook>;
 }
 
 const attempt = (round: number, n: number, statusCode: number) => ({ round, attempt: n, time: expect.any(String), statusCode, durationMs: expect.any(Number) });
@@ -122,7 +132,11 @@ async function exhaustedVessel(): Promise<{ vesselId: string; rx: Receiver; webh
   const vesselId = await vesselCalling(rx.url);
   const webhook = await recordWhen(vesselId, 'failed', ATTEMPTS);
   expect(webhook).toEqual({ status: 'failed', failure: 'exhausted', attempts: failedRound(1) });
-  await pollUntil(() => getVessel(vesselId), (v) => v?.webhook?.deadLetteredAt !== undefined, { timeoutMs: 30_000, what: 'deadLetteredAt' });
+  await pollUntil(
+    () => getVessel(vesselId),
+    (v) => v?.webhook?.deadLetteredAt !== undefined,
+    { timeoutMs: 30_000, what: 'deadLetteredAt' },
+  );
   expect(rx.requests).toHaveLength(ATTEMPTS);
   return { vesselId, rx, webhook };
 }
@@ -199,7 +213,9 @@ describe('webhook redeliver', () => {
     const lines = text.stdout.trimEnd().split('\n');
     expect(lines[0]).toBe(`Vessel ${vesselId} (COMPLETED) → ${rx.url} (signed)`);
     expect(lines[1]).toBe('  delivery: delivered');
-    expect(lines.slice(2)).toEqual(delivered.attempts.map((a) => `    round ${a.round} attempt ${a.attempt} at ${a.time}: ${a.statusCode} in ${a.durationMs} ms`));
+    expect(lines.slice(2)).toEqual(
+      delivered.attempts.map((a) => `    round ${a.round} attempt ${a.attempt} at ${a.time}: ${a.statusCode} in ${a.durationMs} ms`),
+    );
     // The secret is nowhere in what the CLI prints.
     expect(shown.stdout + text.stdout + run.stdout).not.toContain(SECRET);
   }, 120_000);
@@ -231,13 +247,18 @@ describe('webhook redeliver', () => {
     ]);
     const ok = runs.filter((r) => r.code === 0);
     expect(ok.length, JSON.stringify(runs)).toBeGreaterThanOrEqual(1);
-    for (const r of runs.filter((r) => r.code !== 0)) expect(r, 'a refused concurrent redelivery says why').toMatchObject({ code: 1, stderr: expect.stringContaining('kept changing') });
+    for (const r of runs.filter((r) => r.code !== 0))
+      expect(r, 'a refused concurrent redelivery says why').toMatchObject({ code: 1, stderr: expect.stringContaining('kept changing') });
     const rounds = ok.map((r) => (JSON.parse(r.stdout) as { round: number }).round).sort((a, b) => a - b);
     // No two redeliveries were told the same round.
     expect(rounds).toEqual(ok.length === 2 ? [2, 3] : [2]);
     const last = rounds.at(-1)!;
 
-    const stored = await pollUntil(() => getVessel(vesselId), (v) => v?.webhook?.status === 'delivered' && v.webhook.round === last, { timeoutMs: 60_000, what: `round ${last} delivered` });
+    const stored = await pollUntil(
+      () => getVessel(vesselId),
+      (v) => v?.webhook?.status === 'delivered' && v.webhook.round === last,
+      { timeoutMs: 60_000, what: `round ${last} delivered` },
+    );
     expect(stored!.webhook!.tried).toBe(1);
     const webhook = (await record(vesselId))!;
     expect(webhook.status).toBe('delivered');
@@ -291,10 +312,20 @@ describe('refusals and wrong invocations', () => {
     await recordWhen(vesselId, 'delivered', 1);
     // Round 20 as if redelivered 19 times (each round's attempts do not matter here).
     await documentClient().send(
-      new UpdateCommand({ TableName: process.env.VESSELS_TABLE, Key: vesselKey(vesselId), UpdateExpression: 'SET webhook.#r = :r', ExpressionAttributeNames: { '#r': 'round' }, ExpressionAttributeValues: { ':r': MAX_ROUNDS } }),
+      new UpdateCommand({
+        TableName: process.env.VESSELS_TABLE,
+        Key: vesselKey(vesselId),
+        UpdateExpression: 'SET webhook.#r = :r',
+        ExpressionAttributeNames: { '#r': 'round' },
+        ExpressionAttributeValues: { ':r': MAX_ROUNDS },
+      }),
     );
     const run = await cli(['webhook', 'redeliver', '--vessel', vesselId]);
-    expect(run).toEqual({ code: 1, stdout: '', stderr: `error: Vessel ${vesselId}'s callback has been delivered in ${MAX_ROUNDS} rounds already, the most a vessel keeps\n` });
+    expect(run).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `error: Vessel ${vesselId}'s callback has been delivered in ${MAX_ROUNDS} rounds already, the most a vessel keeps\n`,
+    });
     expect((await getVessel(vesselId))!.webhook).toMatchObject({ status: 'delivered', round: MAX_ROUNDS, tried: 1 });
     await sleep(1_500);
     expect(rx.requests).toHaveLength(1);

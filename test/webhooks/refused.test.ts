@@ -67,7 +67,12 @@ async function deadLetters(): Promise<{ count: number; bodies: string[] }> {
   const client = sqsClient(gw.queues.endpoint);
   try {
     const url = gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL;
-    const attrs = await client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'] }));
+    const attrs = await client.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: url,
+        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'],
+      }),
+    );
     const a = attrs.Attributes ?? {};
     const got = await client.send(new ReceiveMessageCommand({ QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 0, WaitTimeSeconds: 1 }));
     return {
@@ -91,15 +96,32 @@ describe('at delivery: a name that resolves to a forbidden address', () => {
       const token = await gw.token({ user: `refused-${++seq}` });
       const url = `http://${host}:${rx.port}/hook`;
       // A name is not visible at enqueue: accepted.
-      const q = await incubate(gw.url, { message: 'Refused [[words:2]]', idempotencyKey: key(host), options: { token, model: MODEL }, callback: { url, secret: 'refused-secret' } });
-      const failed = await pollUntil(() => vesselRecord(gw.url, token, q.vesselId), (r) => r.webhook?.status === 'failed' || r.webhook?.status === 'delivered', {
-        timeoutMs: 30_000,
-        what: `refusal of ${host}`,
+      const q = await incubate(gw.url, {
+        message: 'Refused [[words:2]]',
+        idempotencyKey: key(host),
+        options: { token, model: MODEL },
+        callback: { url, secret: 'refused-secret' },
       });
+      const failed = await pollUntil(
+        () => vesselRecord(gw.url, token, q.vesselId),
+        (r) => r.webhook?.status === 'failed' || r.webhook?.status === 'delivered',
+        {
+          timeoutMs: 30_000,
+          what: `refusal of ${host}`,
+        },
+      );
       const expected = {
         status: 'failed',
         failure: 'refused',
-        attempts: [{ round: 1, attempt: 1, time: expect.stringMatching(ISO), error: `refused: ${host} resolves to ${address}, which is not allowed`, durationMs: expect.any(Number) }],
+        attempts: [
+          {
+            round: 1,
+            attempt: 1,
+            time: expect.stringMatching(ISO),
+            error: `refused: ${host} resolves to ${address}, which is not allowed`,
+            durationMs: expect.any(Number),
+          },
+        ],
       };
       expect(failed.webhook).toEqual(expected);
       expect(asked).toContain(host); // the replaced resolver was the one asked
@@ -120,8 +142,15 @@ it('control: a name resolving to loopback only (allowed locally) reaches that re
   const token = await gw.token({ user: `control-${++seq}` });
   const url = `http://loopback.hooks.test:${rx.port}/hook`;
   const q = await incubate(gw.url, { message: 'Control [[words:2]]', idempotencyKey: key('control'), options: { token, model: MODEL }, callback: { url } });
-  const done = await pollUntil(() => vesselRecord(gw.url, token, q.vesselId), (r) => r.webhook?.status === 'delivered' || r.webhook?.status === 'failed', { timeoutMs: 30_000, what: 'control delivery' });
-  expect(done.webhook).toEqual({ status: 'delivered', attempts: [{ round: 1, attempt: 1, time: expect.stringMatching(ISO), statusCode: 200, durationMs: expect.any(Number) }] });
+  const done = await pollUntil(
+    () => vesselRecord(gw.url, token, q.vesselId),
+    (r) => r.webhook?.status === 'delivered' || r.webhook?.status === 'failed',
+    { timeoutMs: 30_000, what: 'control delivery' },
+  );
+  expect(done.webhook).toEqual({
+    status: 'delivered',
+    attempts: [{ round: 1, attempt: 1, time: expect.stringMatching(ISO), statusCode: 200, durationMs: expect.any(Number) }],
+  });
   expect(asked).toContain('loopback.hooks.test');
   expect(rx.requests).toHaveLength(1);
   expect(rx.requests[0]!.headers['webhook-id']).toBe(`msg_${q.vesselId}`);

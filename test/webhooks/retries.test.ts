@@ -45,7 +45,12 @@ type Webhook = NonNullable<VesselView['webhook']>;
 
 /** A vessel whose callback goes to `url` (signed with SECRET); answers its id once it has been queued. */
 async function vesselCalling(url: string): Promise<string> {
-  const q = await incubate(gw.url, { message: 'Callback [[words:2]]', idempotencyKey: `retries-${++seq}`, options: { token }, callback: { url, secret: SECRET } });
+  const q = await incubate(gw.url, {
+    message: 'Callback [[words:2]]',
+    idempotencyKey: `retries-${++seq}`,
+    options: { token },
+    callback: { url, secret: SECRET },
+  });
   return q.vesselId;
 }
 
@@ -53,14 +58,19 @@ const record = (vesselId: string) => vesselRecord(gw.url, token, vesselId);
 
 /** The vessel's record once its delivery is `status` (generous: two cores shared with other test runs). */
 async function recordWhen(vesselId: string, status: Webhook['status'], timeoutMs = 60_000): Promise<VesselView & { webhook: Webhook }> {
-  const rec = await pollUntil(() => record(vesselId), (r) => r.webhook?.status === status, { timeoutMs, what: `webhook ${status}` });
+  const rec = await pollUntil(
+    () => record(vesselId),
+    (r) => r.webhook?.status === status,
+    { timeoutMs, what: `webhook ${status}` },
+  );
   return rec as VesselView & { webhook: Webhook };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The Standard Webhooks signature computed here, independently of the gateway's code. */
-const standardSig = (id: string, ts: string, body: Buffer) => `v1,${createHmac('sha256', Buffer.from(SECRET, 'utf8')).update(`${id}.${ts}.`).update(body).digest('base64')}`;
+const standardSig = (id: string, ts: string, body: Buffer) =>
+  `v1,${createHmac('sha256', Buffer.from(SECRET, 'utf8')).update(`${id}.${ts}.`).update(body).digest('base64')}`;
 const hexSig = (body: Buffer) => createHmac('sha256', Buffer.from(SECRET, 'utf8')).update(body).digest('hex');
 
 /** Every request is one attempt of `vesselId`'s delivery: same id, signatures valid for its own timestamp. */
@@ -85,7 +95,12 @@ async function deadLettersOf(vesselId: string): Promise<unknown[]> {
     const found: unknown[] = [];
     for (;;) {
       const out = await sqs.send(
-        new ReceiveMessageCommand({ QueueUrl: gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 120 }),
+        new ReceiveMessageCommand({
+          QueueUrl: gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL,
+          MaxNumberOfMessages: 10,
+          WaitTimeSeconds: 1,
+          VisibilityTimeout: 120,
+        }),
       );
       const messages = out.Messages ?? [];
       if (messages.length === 0) return found;
@@ -211,7 +226,7 @@ describe('retries (WEBHOOK_RETRY_WAITS shortened to 1 s each)', () => {
     // While the retry waits, the record says when it is due.
     const waiting = await pollUntil(
       () => record(vesselId),
-      (r) => r.webhook?.status === 'pending' && r.webhook.attempts.length === 1 || r.webhook?.status === 'delivered',
+      (r) => (r.webhook?.status === 'pending' && r.webhook.attempts.length === 1) || r.webhook?.status === 'delivered',
       { timeoutMs: 60_000, everyMs: 100, what: 'first attempt recorded' },
     );
     expect(waiting.webhook?.status, 'the record was not seen pending between the attempts (polled every 100 ms over a 3 s wait)').toBe('pending');
@@ -248,7 +263,13 @@ describe('retries (WEBHOOK_RETRY_WAITS shortened to 1 s each)', () => {
     expect(rec.webhook).toEqual({
       status: 'failed',
       failure: 'exhausted',
-      attempts: Array.from({ length: ATTEMPTS }, (_, i) => ({ round: 1, attempt: i + 1, time: expect.any(String), statusCode: 500, durationMs: expect.any(Number) })),
+      attempts: Array.from({ length: ATTEMPTS }, (_, i) => ({
+        round: 1,
+        attempt: i + 1,
+        time: expect.any(String),
+        statusCode: 500,
+        durationMs: expect.any(Number),
+      })),
     });
     expect(rx.requests).toHaveLength(ATTEMPTS);
     expectSignedAttempts(rx.requests, vesselId);
@@ -258,7 +279,11 @@ describe('retries (WEBHOOK_RETRY_WAITS shortened to 1 s each)', () => {
     }
 
     // The stored vessel notes the dead letter.
-    const stored = await pollUntil(() => getVessel(vesselId), (v) => v?.webhook?.deadLetteredAt !== undefined, { timeoutMs: 30_000, what: 'deadLetteredAt' });
+    const stored = await pollUntil(
+      () => getVessel(vesselId),
+      (v) => v?.webhook?.deadLetteredAt !== undefined,
+      { timeoutMs: 30_000, what: 'deadLetteredAt' },
+    );
     expect(stored!.webhook).toMatchObject({ status: 'failed', failure: 'exhausted', round: 1, tried: ATTEMPTS, deadLetteredAt: expect.any(Number) });
     expect(stored!.webhook!.deadLetteredAt!).toBeGreaterThanOrEqual(Date.parse(rec.webhook.attempts.at(-1)!.time));
 

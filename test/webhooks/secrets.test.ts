@@ -76,7 +76,9 @@ function leaks(text: string): string[] {
 const captured: string[] = [];
 const restores: (() => void)[] = [];
 const format = (args: unknown[]) =>
-  args.map((a) => (typeof a === 'string' ? a : inspect(a, { depth: Infinity, maxArrayLength: Infinity, maxStringLength: Infinity, breakLength: Infinity }))).join(' ');
+  args
+    .map((a) => (typeof a === 'string' ? a : inspect(a, { depth: Infinity, maxArrayLength: Infinity, maxStringLength: Infinity, breakLength: Infinity })))
+    .join(' ');
 
 function startCapture() {
   for (const stream of [process.stdout, process.stderr]) {
@@ -113,7 +115,10 @@ function recordAwsCalls() {
     ['scheduler', SchedulerClient.prototype],
   ] as const) {
     const original = proto.send as (this: unknown, ...args: unknown[]) => Promise<unknown>;
-    const spy = vi.spyOn(proto as { send: (...args: unknown[]) => Promise<unknown> }, 'send').mockImplementation(async function (this: unknown, ...args: unknown[]) {
+    const spy = vi.spyOn(proto as { send: (...args: unknown[]) => Promise<unknown> }, 'send').mockImplementation(async function (
+      this: unknown,
+      ...args: unknown[]
+    ) {
       const command = args[0] as { constructor: { name: string }; input: unknown };
       const entry = { service, command: command.constructor.name, input: JSON.stringify(command.input) ?? '', output: '' };
       traffic.push(entry);
@@ -185,7 +190,14 @@ async function peekAll(queueUrl: string): Promise<Message[]> {
   try {
     for (let round = 0; round < 3; round++) {
       const out = await client.send(
-        new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 0, WaitTimeSeconds: 1, MessageAttributeNames: ['All'], MessageSystemAttributeNames: ['All'] }),
+        new ReceiveMessageCommand({
+          QueueUrl: queueUrl,
+          MaxNumberOfMessages: 10,
+          VisibilityTimeout: 0,
+          WaitTimeSeconds: 1,
+          MessageAttributeNames: ['All'],
+          MessageSystemAttributeNames: ['All'],
+        }),
       );
       for (const m of out.Messages ?? []) seen.set(m.MessageId ?? m.Body ?? '', m);
     }
@@ -238,11 +250,20 @@ describe('a scenario that uses one callback secret everywhere', () => {
     // Refused at enqueue while carrying the secret.
     const refused = await call('POST', '/incubate', { ...aBody, idempotencyKey: 'secret-refused', callback: { url: 'http://10.0.0.1/x', secret: SECRET } });
     expect(refused.status).toBe(400);
-    const badSecretField = await call('POST', '/incubate', { ...aBody, idempotencyKey: 'secret-bad', callback: { url: rxA.url, secret: SECRET, extra: SECRET } });
+    const badSecretField = await call('POST', '/incubate', {
+      ...aBody,
+      idempotencyKey: 'secret-bad',
+      callback: { url: rxA.url, secret: SECRET, extra: SECRET },
+    });
     expect(badSecretField.status).toBe(400);
 
     // B: fails every time until exhausted → dead-letter queue.
-    const b = await call('POST', '/incubate', { message: 'B [[words:2]]', idempotencyKey: 'secret-b', options: { token, model: MODEL }, callback: callback(rxB) });
+    const b = await call('POST', '/incubate', {
+      message: 'B [[words:2]]',
+      idempotencyKey: 'secret-b',
+      options: { token, model: MODEL },
+      callback: callback(rxB),
+    });
     expect(b.status, b.text).toBe(202);
     ids.b = b.body.vesselId;
 
@@ -257,7 +278,13 @@ describe('a scenario that uses one callback secret everywhere', () => {
     ids.batch = batch.body.items.map((i: { vesselId: string }) => i.vesselId);
 
     // A signed PENDING vessel, canceled (and canceled again: 409).
-    const c = await call('POST', '/incubate', { message: 'Later [[words:2]]', idempotencyKey: 'secret-canceled', options: { token, model: MODEL }, ttl: 600, callback: callback(rxC) });
+    const c = await call('POST', '/incubate', {
+      message: 'Later [[words:2]]',
+      idempotencyKey: 'secret-canceled',
+      options: { token, model: MODEL },
+      ttl: 600,
+      callback: callback(rxC),
+    });
     expect(c.status, c.text).toBe(202);
     ids.canceled = c.body.vesselId;
     const cancel = await call('POST', `/incubate/vessel/${ids.canceled}/cancel`, undefined, token);

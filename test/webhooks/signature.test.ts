@@ -57,7 +57,9 @@ describe('hexSignature (X-Service-Signature)', () => {
     const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
     expect(hexSignature('x', secret)).toBe(hmac(secret, 'x', 'hex'));
     expect(hexSignature('x', secret)).not.toBe(
-      createHmac('sha256', Buffer.from(secret.slice('whsec_'.length), 'base64')).update('x').digest('hex'),
+      createHmac('sha256', Buffer.from(secret.slice('whsec_'.length), 'base64'))
+        .update('x')
+        .digest('hex'),
     );
   });
 
@@ -155,22 +157,27 @@ describe('property: deliveryHeaders verify with standardwebhooks and verifyWebho
 
   it('fails both after a one-byte change of the body', () => {
     fc.assert(
-      fc.property(input.filter((i) => i.body.length > 0), fc.nat(), fc.integer({ min: 1, max: 255 }), ({ body, secret, webhookId, skew }, at, xor) => {
-        const timestamp = nowSeconds() + skew;
-        const headers = deliveryHeaders({ webhookId, timestamp, body, secret });
-        const bytes = Buffer.from(body, 'utf8');
-        const changed = Buffer.from(bytes);
-        const i = at % changed.length;
-        changed[i] = changed[i]! ^ xor;
-        // Ours checks the bytes themselves.
-        expect(verifyWebhook(changed, headers, secret)).toEqual({ ok: false, reason: 'webhook-signature does not match' });
-        const { 'webhook-signature': _, ...hexOnly } = headers;
-        expect(verifyWebhook(changed, hexOnly, secret)).toEqual({ ok: false, reason: 'X-Service-Signature does not match the body' });
-        // standardwebhooks decodes a Buffer as UTF-8 before signing: an invalid sequence can decode to the very text of
-        // the original only in contrived cases, which are not a change it could see.
-        fc.pre(changed.toString('utf8') !== body);
-        expect(() => standardWebhook(secret).verify(changed, headers, { jsonParse: false })).toThrow(WebhookVerificationError);
-      }),
+      fc.property(
+        input.filter((i) => i.body.length > 0),
+        fc.nat(),
+        fc.integer({ min: 1, max: 255 }),
+        ({ body, secret, webhookId, skew }, at, xor) => {
+          const timestamp = nowSeconds() + skew;
+          const headers = deliveryHeaders({ webhookId, timestamp, body, secret });
+          const bytes = Buffer.from(body, 'utf8');
+          const changed = Buffer.from(bytes);
+          const i = at % changed.length;
+          changed[i] = changed[i]! ^ xor;
+          // Ours checks the bytes themselves.
+          expect(verifyWebhook(changed, headers, secret)).toEqual({ ok: false, reason: 'webhook-signature does not match' });
+          const { 'webhook-signature': _, ...hexOnly } = headers;
+          expect(verifyWebhook(changed, hexOnly, secret)).toEqual({ ok: false, reason: 'X-Service-Signature does not match the body' });
+          // standardwebhooks decodes a Buffer as UTF-8 before signing: an invalid sequence can decode to the very text of
+          // the original only in contrived cases, which are not a change it could see.
+          fc.pre(changed.toString('utf8') !== body);
+          expect(() => standardWebhook(secret).verify(changed, headers, { jsonParse: false })).toThrow(WebhookVerificationError);
+        },
+      ),
       { numRuns: 200 },
     );
   });

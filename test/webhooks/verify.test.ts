@@ -19,7 +19,10 @@ const NOW = new Date('2030-06-01T12:00:00.000Z');
 const NOW_S = NOW.getTime() / 1000;
 
 const standard = (id: string, ts: number | string, body: string | Buffer, secret = SECRET) =>
-  createHmac('sha256', Buffer.from(secret, 'utf8')).update(Buffer.from(`${id}.${ts}.`, 'utf8')).update(body).digest('base64');
+  createHmac('sha256', Buffer.from(secret, 'utf8'))
+    .update(Buffer.from(`${id}.${ts}.`, 'utf8'))
+    .update(body)
+    .digest('base64');
 const hex = (body: string | Buffer, secret = SECRET) => createHmac('sha256', Buffer.from(secret, 'utf8')).update(body).digest('hex');
 
 /** Standard Webhooks headers as the gateway sends them (lower-case record). */
@@ -171,7 +174,13 @@ describe('X-Service-Signature', () => {
   it('alone is accepted when it matches the body', () => {
     expect(verifyWebhook(BODY, { 'x-service-signature': hex(BODY) }, SECRET)).toEqual(HEX_OK);
     expect(verifyWebhook(BODY, { 'X-Service-Signature': hex(BODY) }, SECRET)).toEqual(HEX_OK);
-    expect(verifyWebhook('Hello, World!', { 'x-service-signature': '757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17' }, "It's a Secret to Everybody")).toEqual(HEX_OK);
+    expect(
+      verifyWebhook(
+        'Hello, World!',
+        { 'x-service-signature': '757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17' },
+        "It's a Secret to Everybody",
+      ),
+    ).toEqual(HEX_OK);
   });
 
   it('alone is refused for a tampered body or a wrong secret', () => {
@@ -234,7 +243,9 @@ describe('header shapes', () => {
   it('a Node-style record in lower case, mixed case or upper case', () => {
     const headers = signed();
     expect(verifyWebhook(BODY, headers, SECRET, at)).toEqual(OK);
-    const mixed = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.replace(/(^|-)([a-z])/g, (_m, d: string, c: string) => d + c.toUpperCase()), v]));
+    const mixed = Object.fromEntries(
+      Object.entries(headers).map(([k, v]) => [k.replace(/(^|-)([a-z])/g, (_m, d: string, c: string) => d + c.toUpperCase()), v]),
+    );
     expect(Object.keys(mixed)).toContain('Webhook-Signature');
     expect(verifyWebhook(BODY, mixed, SECRET, at)).toEqual(OK);
     const upper = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toUpperCase(), v]));
@@ -252,7 +263,10 @@ describe('header shapes', () => {
     const allBad: WebhookHeaders = { ...headers, 'webhook-signature': [`v1,${standard(ID, NOW_S, BODY, 'a')}`, `v1,${standard(ID, NOW_S, BODY, 'b')}`] };
     expect(verifyWebhook(BODY, allBad, SECRET, at)).toEqual(MISMATCH);
     expect(verifyWebhook(BODY, { 'x-service-signature': [hex(BODY)] }, SECRET)).toEqual({ ok: true, scheme: 'x-service-signature' });
-    expect(verifyWebhook(BODY, { 'webhook-signature': undefined, 'x-service-signature': hex(BODY) }, SECRET)).toEqual({ ok: true, scheme: 'x-service-signature' });
+    expect(verifyWebhook(BODY, { 'webhook-signature': undefined, 'x-service-signature': hex(BODY) }, SECRET)).toEqual({
+      ok: true,
+      scheme: 'x-service-signature',
+    });
   });
 });
 

@@ -74,8 +74,7 @@ export function anthropicErrorBody(status: number, message?: string): { type: 'e
 }
 
 /** The mid-stream error event sent for `[[stream-error-after:N]]`. */
-export const ANTHROPIC_STREAM_ERROR_EVENT =
-  'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n';
+export const ANTHROPIC_STREAM_ERROR_EVENT = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n';
 
 export const SIMULATED_ANTHROPIC_MODELS = [
   { id: 'claude-opus-4-1-20250805', display_name: 'Claude Opus 4.1', created_at: '2025-08-05T00:00:00Z' },
@@ -113,8 +112,7 @@ export async function startAnthropicUpstream(opts?: StartUpstreamOptions): Promi
   const handle = async ({ req, res, record, invalidJson }: IncomingCall): Promise<void> => {
     const requestId = `req_sim_${++requestCounter}`;
     const baseHeaders = { 'request-id': requestId };
-    const fail = (status: number, message?: string): void =>
-      sendJson(res, status, anthropicErrorBody(status, message), baseHeaders);
+    const fail = (status: number, message?: string): void => sendJson(res, status, anthropicErrorBody(status, message), baseHeaders);
 
     // Auth: a non-empty `x-api-key`, or `Authorization: Bearer <non-empty>` (which is how
     // @anthropic-ai/sdk v1.x sends `apiKey`).
@@ -125,12 +123,7 @@ export async function startAnthropicUpstream(opts?: StartUpstreamOptions): Promi
     const { method, path } = record;
     if (method === 'GET' && path === '/v1/models') {
       const data = SIMULATED_ANTHROPIC_MODELS.map((m) => ({ type: 'model', ...m }));
-      return sendJson(
-        res,
-        200,
-        { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null },
-        baseHeaders,
-      );
+      return sendJson(res, 200, { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null }, baseHeaders);
     }
     if (method === 'GET' && path.startsWith('/v1/models/')) {
       const id = decodeURIComponent(path.slice('/v1/models/'.length));
@@ -268,9 +261,7 @@ function streamEvents(
         delta({ type: 'signature_delta', signature: block.signature });
         break;
       case 'text':
-        events.push(
-          frame('content_block_start', { type: 'content_block_start', index, content_block: { type: 'text', text: '' } }),
-        );
+        events.push(frame('content_block_start', { type: 'content_block_start', index, content_block: { type: 'text', text: '' } }));
         for (const chunk of wordChunks(block.text)) delta({ type: 'text_delta', text: chunk });
         break;
       case 'tool_use':

@@ -44,24 +44,18 @@ export function openaiErrorKind(status: number): { type: string; code: string } 
     case 429:
       return { type: 'rate_limit_error', code: 'rate_limit_exceeded' };
     default:
-      return status >= 500
-        ? { type: 'server_error', code: 'server_error' }
-        : { type: 'invalid_request_error', code: 'invalid_request' };
+      return status >= 500 ? { type: 'server_error', code: 'server_error' } : { type: 'invalid_request_error', code: 'invalid_request' };
   }
 }
 
 /** `{ error: { message, type, code, param: null } }` */
-export function openaiErrorBody(
-  status: number,
-  message?: string,
-): { error: { message: string; type: string; code: string; param: null } } {
+export function openaiErrorBody(status: number, message?: string): { error: { message: string; type: string; code: string; param: null } } {
   const { type, code } = openaiErrorKind(status);
   return { error: { message: message ?? `Simulated upstream error (HTTP ${status})`, type, code, param: null } };
 }
 
 /** The mid-stream error chunk sent for `[[stream-error-after:N]]`. */
-export const OPENAI_STREAM_ERROR_EVENT =
-  'data: {"error":{"message":"Upstream failure mid-stream","type":"server_error","code":"server_error"}}\n\n';
+export const OPENAI_STREAM_ERROR_EVENT = 'data: {"error":{"message":"Upstream failure mid-stream","type":"server_error","code":"server_error"}}\n\n';
 
 interface ToolCallOut {
   id: string;
@@ -101,8 +95,7 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
   const handle = async ({ req, res, record, invalidJson }: IncomingCall): Promise<void> => {
     const requestId = `req_sim_${++requestCounter}`;
     const baseHeaders = { 'x-request-id': requestId };
-    const fail = (status: number, message?: string): void =>
-      sendJson(res, status, openaiErrorBody(status, message), baseHeaders);
+    const fail = (status: number, message?: string): void => sendJson(res, status, openaiErrorBody(status, message), baseHeaders);
 
     const auth = /^Bearer\s+(\S.*)$/i.exec(record.headers.authorization ?? '');
     if (!auth) return fail(401, 'Missing or invalid Authorization bearer token');
@@ -120,11 +113,7 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
         return fail(400, `Invalid type for '${field}': expected an integer.`);
       }
     }
-    const maxTokens = isNonNegInt(body.max_completion_tokens)
-      ? body.max_completion_tokens
-      : isNonNegInt(body.max_tokens)
-        ? body.max_tokens
-        : undefined;
+    const maxTokens = isNonNegInt(body.max_completion_tokens) ? body.max_completion_tokens : isNonNegInt(body.max_tokens) ? body.max_tokens : undefined;
 
     const script = scriptConversation(openaiConversation(body));
     if (script.errors.length > 0) return fail(400, script.errors.join('; '));
@@ -207,9 +196,7 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
     });
     chunk({}, finishReason);
     if (includeUsage) {
-      events.push(
-        `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [], usage })}\n\n`,
-      );
+      events.push(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [], usage })}\n\n`);
     }
     events.push('data: [DONE]\n\n');
 

@@ -80,9 +80,7 @@ export async function connectMcpServers(
 ): Promise<McpConnection> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_MCP_CONNECT_TIMEOUT_MS;
   const maxBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
-  const connected = await Promise.all(
-    Object.entries(servers).map(([name, spec]) => connectOne(name, spec, timeoutMs, opts.signal)),
-  );
+  const connected = await Promise.all(Object.entries(servers).map(([name, spec]) => connectOne(name, spec, timeoutMs, opts.signal)));
 
   // Offered in the servers' order, so which of two clashing names wins does not depend on who answered first.
   const tools: AgentTool[] = [];

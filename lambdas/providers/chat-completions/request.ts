@@ -374,10 +374,7 @@ const REFUSED_FIELDS: Record<string, string> = {
   mcp_servers: 'the MCP connector (mcp_servers)',
 };
 
-export function translateRequest(
-  body: MessagesRequest,
-  opts: { upstreamModel: string; dialect: Dialect; stream: boolean },
-): TranslatedRequest {
+export function translateRequest(body: MessagesRequest, opts: { upstreamModel: string; dialect: Dialect; stream: boolean }): TranslatedRequest {
   const { dialect, upstreamModel } = opts;
   const label = LABELS[dialect.id];
   for (const [field, what] of Object.entries(REFUSED_FIELDS)) {

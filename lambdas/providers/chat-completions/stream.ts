@@ -6,16 +6,7 @@ import { PROVIDER_LABELS } from '../ids.ts';
 import type { AnthropicErrorBody } from '../types.ts';
 import type { ChatProviderId } from './dialect.ts';
 import { streamFailure } from './errors.ts';
-import {
-  anthropicMessage,
-  anthropicUsage,
-  messageId,
-  reasoningOf,
-  stopReason,
-  type AnswerContext,
-  type AnthropicUsage,
-  type Block,
-} from './response.ts';
+import { anthropicMessage, anthropicUsage, messageId, reasoningOf, stopReason, type AnswerContext, type AnthropicUsage, type Block } from './response.ts';
 
 /**
  * Chat Completion chunks → Anthropic stream events.

@@ -48,11 +48,9 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => vo
 /** The Streamable HTTP server: McpServer (high-level API, zod schemas), one transport per session. */
 function calcServer(): McpServer {
   const server = new McpServer({ name: 'calc', version: '1.0.0' });
-  server.registerTool(
-    'add',
-    { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } },
-    async ({ a, b }) => ({ content: [{ type: 'text', text: String(a + b) }] }),
-  );
+  server.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => ({
+    content: [{ type: 'text', text: String(a + b) }],
+  }));
   server.registerTool('fail', { description: 'Always fails' }, async () => ({
     content: [{ type: 'text', text: 'it went wrong' }],
     isError: true,
@@ -78,7 +76,12 @@ function pagedServer(): Server {
   const schema = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] };
   const pages: Record<string, { tools: object[]; nextCursor?: string }> = {
     first: { tools: [{ name: 'echo', description: 'Echoes text', inputSchema: schema }], nextCursor: 'p2' },
-    p2: { tools: [{ name: 'upper', inputSchema: schema }, { name: 'bad.name', inputSchema: schema }] },
+    p2: {
+      tools: [
+        { name: 'upper', inputSchema: schema },
+        { name: 'bad.name', inputSchema: schema },
+      ],
+    },
   };
   server.setRequestHandler(ListToolsRequestSchema, async (req) => pages[req.params?.cursor ?? 'first'] as never);
   server.setRequestHandler(CallToolRequestSchema, async (req) => {

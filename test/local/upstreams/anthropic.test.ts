@@ -1,13 +1,7 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import Anthropic from '@anthropic-ai/sdk';
 import { startAnthropicUpstream, ANTHROPIC_STREAM_ERROR_EVENT } from '../../../bin/local/upstreams/anthropic.ts';
-import {
-  estimateInputTokens,
-  parseDirectives,
-  toolCallTokens,
-  countWords,
-  THINKING_TEXT,
-} from '../../../bin/local/upstreams/script.ts';
+import { estimateInputTokens, parseDirectives, toolCallTokens, countWords, THINKING_TEXT } from '../../../bin/local/upstreams/script.ts';
 import type { SimulatedUpstream } from '../../../bin/local/upstreams/types.ts';
 
 let up: SimulatedUpstream;
@@ -204,9 +198,7 @@ describe('simulated Anthropic upstream', () => {
   });
 
   it('returns two parallel tool_use blocks', async () => {
-    const msg = await client.messages.create(
-      userBody('[[tool:a {"x":1}]] and [[tool:b {"query":"long enough input"}]]') as never,
-    );
+    const msg = await client.messages.create(userBody('[[tool:a {"x":1}]] and [[tool:b {"query":"long enough input"}]]') as never);
     const m = msg as Anthropic.Message;
     expect(m.stop_reason).toBe('tool_use');
     expect(m.content).toEqual([
@@ -220,9 +212,7 @@ describe('simulated Anthropic upstream', () => {
     expect(m.usage.output_tokens).toBe(12);
 
     const onlyTools = await client.messages.create(userBody('[[words:0]][[tool:a]]') as never);
-    expect((onlyTools as Anthropic.Message).content).toEqual([
-      { type: 'tool_use', id: expect.any(String), name: 'a', input: {} },
-    ]);
+    expect((onlyTools as Anthropic.Message).content).toEqual([{ type: 'tool_use', id: expect.any(String), name: 'a', input: {} }]);
     expect((onlyTools as Anthropic.Message).usage.output_tokens).toBe(1);
   });
 
@@ -290,9 +280,7 @@ describe('simulated Anthropic upstream', () => {
       expect(err).toBeInstanceOf(cls);
       expect((err as InstanceType<typeof Anthropic.APIError>).status).toBe(status);
     }
-    const err = await client.messages
-      .create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[error:429]]' }] })
-      .catch((e: unknown) => e);
+    const err = await client.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[error:429]]' }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Anthropic.RateLimitError);
     expect((err as InstanceType<typeof Anthropic.RateLimitError>).error).toEqual({
       type: 'error',
@@ -379,9 +367,7 @@ describe('simulated Anthropic upstream', () => {
     const { frames, raw } = await readFrames(res);
     expect(frames.map((f) => f.event)).toEqual(['message_start', 'ping', 'content_block_start', 'error']);
     expect(raw.endsWith(ANTHROPIC_STREAM_ERROR_EVENT)).toBe(true);
-    expect(ANTHROPIC_STREAM_ERROR_EVENT).toBe(
-      'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n',
-    );
+    expect(ANTHROPIC_STREAM_ERROR_EVENT).toBe('event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n');
     const sdkErr = await client.messages
       .stream({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: '[[stream-error-after:2]]' }] })
       .finalMessage()

@@ -127,7 +127,14 @@ describe('turn-scoped directive parsing', () => {
       { role: 'system', content: '[[2> words:9]]' },
       { role: 'user', content: 'Q [[1> tool:get]] [[2> words:4]]' },
       { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get', arguments: '{}' } }] },
-      { role: 'tool', tool_call_id: 'c1', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] },
+      {
+        role: 'tool',
+        tool_call_id: 'c1',
+        content: [
+          { type: 'text', text: 'a' },
+          { type: 'text', text: 'b' },
+        ],
+      },
     ];
     const fromPrompt = scriptConversation(openaiConversation({ messages: base }));
     expect(fromPrompt).toMatchObject({ turn: 2, text: '', toolResults: ['a\nb'] });
@@ -183,10 +190,7 @@ describe('scripted conversation: Anthropic simulator via @anthropic-ai/sdk', () 
       const thinking = { type: 'thinking', thinking: THINKING_TEXT, signature: THINKING_SIGNATURE };
       const toolUse = (name: string, input: unknown): unknown => ({ type: 'tool_use', id: expect.stringMatching(/^toolu_sim_\d+$/), name, input });
       expect(replies.map((r) => [r.stop_reason, r.content])).toEqual([
-        [
-          'tool_use',
-          [thinking, { type: 'text', text: 'Calling tools.' }, toolUse('get_weather', { city: 'Paris' }), toolUse('get_time', { tz: 'CET' })],
-        ],
+        ['tool_use', [thinking, { type: 'text', text: 'Calling tools.' }, toolUse('get_weather', { city: 'Paris' }), toolUse('get_time', { tz: 'CET' })]],
         ['tool_use', [thinking, { type: 'text', text: TURN2_TEXT }, toolUse('get_weather', { city: 'Oslo' })]],
         ['end_turn', [thinking, { type: 'text', text: FINAL_JSON }]],
       ]);
@@ -255,7 +259,11 @@ describe('scripted conversation: OpenAI simulator via the openai SDK', () => {
     { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { tz: { type: 'string' } } } } },
   ];
 
-  async function loop(client: OpenAI, stream: boolean, extra: Record<string, unknown>): Promise<{ replies: OpenAI.ChatCompletion[]; bodies: Record<string, unknown>[] }> {
+  async function loop(
+    client: OpenAI,
+    stream: boolean,
+    extra: Record<string, unknown>,
+  ): Promise<{ replies: OpenAI.ChatCompletion[]; bodies: Record<string, unknown>[] }> {
     const messages: OpenAI.ChatCompletionMessageParam[] = [
       { role: 'system', content: 'Be brief.' },
       { role: 'user', content: PROMPT },
@@ -272,7 +280,11 @@ describe('scripted conversation: OpenAI simulator via the openai SDK', () => {
       const choice = c.choices[0]!;
       if (choice.finish_reason !== 'tool_calls') break;
       const calls = (choice.message.tool_calls ?? []).flatMap((t) => (t.type === 'function' ? [t] : []));
-      messages.push({ role: 'assistant', content: choice.message.content, tool_calls: calls.map((t) => ({ id: t.id, type: 'function', function: t.function })) });
+      messages.push({
+        role: 'assistant',
+        content: choice.message.content,
+        tool_calls: calls.map((t) => ({ id: t.id, type: 'function', function: t.function })),
+      });
       for (const call of calls) {
         const result = toolResult(call.function.name, JSON.parse(call.function.arguments));
         messages.push({
@@ -296,11 +308,19 @@ describe('scripted conversation: OpenAI simulator via the openai SDK', () => {
     it(`runs a 3-turn scripted tool loop (${label})`, async () => {
       const extra = router ? { reasoning: { max_tokens: 2048 } } : { reasoning_effort: 'high' };
       const { replies, bodies } = await loop(router ? openrouter : openai, stream, extra);
-      const call = (name: string, args: string): unknown => ({ id: expect.stringMatching(/^call_sim_\d+$/), type: 'function', function: { name, arguments: args } });
+      const call = (name: string, args: string): unknown => ({
+        id: expect.stringMatching(/^call_sim_\d+$/),
+        type: 'function',
+        function: { name, arguments: args },
+      });
       expect(
         replies.map((r) => {
           const { finish_reason, message } = r.choices[0]!;
-          return [finish_reason, message.content, (message.tool_calls ?? []).map((t) => ({ id: t.id, type: t.type, function: t.type === 'function' ? t.function : undefined }))];
+          return [
+            finish_reason,
+            message.content,
+            (message.tool_calls ?? []).map((t) => ({ id: t.id, type: t.type, function: t.type === 'function' ? t.function : undefined })),
+          ];
         }),
       ).toEqual([
         ['tool_calls', 'Calling tools.', [call('get_weather', '{"city":"Paris"}'), call('get_time', '{"tz":"CET"}')]],

@@ -113,7 +113,13 @@ describe('simulated OpenAI upstream', () => {
         { role: 'system', content: 'sys [[words:9]]' },
         { role: 'user', content: 'old [[words:2]]' },
         { role: 'assistant', content: 'x' },
-        { role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: 'again [[latency:0]]' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Hello' },
+            { type: 'text', text: 'again [[latency:0]]' },
+          ],
+        },
       ],
     });
     expect(c.choices[0]!.message.content).toBe('Echo: Hello\nagain');
@@ -199,15 +205,11 @@ describe('simulated OpenAI upstream', () => {
       messages: [{ role: 'user' as const, content: 'Go [[thinking]] [[tool:search {"q":"cats and dogs"}]] [[cache:read=5]]' }],
     };
     const plain = await client.chat.completions.create(params);
-    const streamed = await client.chat.completions
-      .stream({ ...params, stream_options: { include_usage: true } })
-      .finalChatCompletion();
+    const streamed = await client.chat.completions.stream({ ...params, stream_options: { include_usage: true } }).finalChatCompletion();
     const pm = plain.choices[0]!.message;
     const sm = streamed.choices[0]!.message;
     expect(sm.content).toBe(pm.content);
-    expect(sm.tool_calls?.map((t) => t.type === 'function' && t.function)).toEqual(
-      pm.tool_calls?.map((t) => t.type === 'function' && t.function),
-    );
+    expect(sm.tool_calls?.map((t) => t.type === 'function' && t.function)).toEqual(pm.tool_calls?.map((t) => t.type === 'function' && t.function));
     expect(streamed.choices[0]!.finish_reason).toBe('tool_calls');
     expect(streamed.usage).toEqual(plain.usage);
   });
@@ -235,9 +237,7 @@ describe('simulated OpenAI upstream', () => {
   it('streams tool calls: first fragment carries id/name and non-empty arguments', async () => {
     const { data } = await readData(await post(userBody('[[tool:a {"x":1}]][[tool:b {"query":"long enough input"}]]', { stream: true })));
     const cs = chunks(data);
-    const toolDeltas = cs.flatMap(
-      (c) => (c.choices[0]?.delta.tool_calls as Array<Record<string, unknown>> | undefined) ?? [],
-    );
+    const toolDeltas = cs.flatMap((c) => (c.choices[0]?.delta.tool_calls as Array<Record<string, unknown>> | undefined) ?? []);
     const byIndex = [0, 1].map((i) => toolDeltas.filter((t) => t.index === i));
     for (const [i, parts] of byIndex.entries()) {
       expect(parts.length).toBeGreaterThanOrEqual(2);
@@ -313,15 +313,11 @@ describe('simulated OpenAI upstream', () => {
       expect(res.status).toBe(status);
       expect(res.headers.get('content-type')).toBe('application/json');
       expect(await res.json()).toEqual({ error: { message: expect.any(String), type, code: expect.any(String), param: null } });
-      const err = await client.chat.completions
-        .create({ model: MODEL, messages: [{ role: 'user', content: `[[error:${status}]]` }] })
-        .catch((e: unknown) => e);
+      const err = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `[[error:${status}]]` }] }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(cls);
       expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(status);
     }
-    const err = await client.chat.completions
-      .create({ model: MODEL, messages: [{ role: 'user', content: '[[error:429]]' }] })
-      .catch((e: unknown) => e);
+    const err = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: '[[error:429]]' }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.RateLimitError);
     expect((err as InstanceType<typeof OpenAI.RateLimitError>).code).toBe('rate_limit_exceeded');
   });
@@ -439,9 +435,7 @@ describe('simulated OpenAI upstream', () => {
 
   it('handles concurrent requests', async () => {
     const results = await Promise.all(
-      Array.from({ length: 30 }, (_, i) =>
-        client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `n${i} [[words:${i % 4}]]` }] }),
-      ),
+      Array.from({ length: 30 }, (_, i) => client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `n${i} [[words:${i % 4}]]` }] })),
     );
     expect(new Set(results.map((r) => r.id)).size).toBe(30);
     results.forEach((r, i) => expect(r.usage?.completion_tokens).toBe(i % 4));

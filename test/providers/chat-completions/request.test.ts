@@ -52,13 +52,25 @@ describe('translateRequest: messages', () => {
       messages: [
         { role: 'user', content: [{ type: 'text', text: 'One', cache_control: { type: 'ephemeral' } }] },
         { role: 'assistant', content: [{ type: 'text', text: 'Two' }] },
-        { role: 'user', content: [{ type: 'text', text: 'Three' }, { type: 'text', text: 'Four' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Three' },
+            { type: 'text', text: 'Four' },
+          ],
+        },
       ],
     });
     expect(p.messages).toEqual([
       { role: 'user', content: 'One' },
       { role: 'assistant', content: 'Two' },
-      { role: 'user', content: [{ type: 'text', text: 'Three' }, { type: 'text', text: 'Four' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Three' },
+          { type: 'text', text: 'Four' },
+        ],
+      },
     ]);
   });
 
@@ -142,11 +154,25 @@ describe('translateRequest: messages', () => {
   it('joins tool_result text blocks, notes is_error, and accepts empty content', () => {
     const p = params({
       messages: [
-        { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'a', input: {} }, { type: 'tool_use', id: 't2', name: 'b', input: {} }, { type: 'tool_use', id: 't3', name: 'c', input: {} }] },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'tool_use', id: 't1', name: 'a', input: {} },
+            { type: 'tool_use', id: 't2', name: 'b', input: {} },
+            { type: 'tool_use', id: 't3', name: 'c', input: {} },
+          ],
+        },
         {
           role: 'user',
           content: [
-            { type: 'tool_result', tool_use_id: 't1', content: [{ type: 'text', text: 'line 1' }, { type: 'text', text: 'line 2' }] },
+            {
+              type: 'tool_result',
+              tool_use_id: 't1',
+              content: [
+                { type: 'text', text: 'line 1' },
+                { type: 'text', text: 'line 2' },
+              ],
+            },
             { type: 'tool_result', tool_use_id: 't2', content: 'file not found', is_error: true },
             { type: 'tool_result', tool_use_id: 't3' },
           ],
@@ -239,7 +265,13 @@ describe('translateRequest: system messages in the middle of the conversation', 
     // and the system message LAST, after the user's turn.
     const p = params({
       messages: [
-        { role: 'user', content: [{ type: 'text', text: '<system-reminder>r</system-reminder>' }, { type: 'text', text: 'hi' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: '<system-reminder>r</system-reminder>' },
+            { type: 'text', text: 'hi' },
+          ],
+        },
         {
           role: 'system',
           content: [
@@ -251,15 +283,27 @@ describe('translateRequest: system messages in the middle of the conversation', 
       ],
     });
     expect(p.messages).toEqual([
-      { role: 'user', content: [{ type: 'text', text: '<system-reminder>r</system-reminder>' }, { type: 'text', text: 'hi' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: '<system-reminder>r</system-reminder>' },
+          { type: 'text', text: 'hi' },
+        ],
+      },
       { role: 'system', content: '# Environment\n\nToday is Sunday.' },
     ]);
   });
 
   it('sends nothing for an empty system message, as for an empty top-level system prompt', () => {
-    expect(params({ messages: [{ role: 'user', content: 'Hi' }, { role: 'system', content: '' }, { role: 'system', content: [] }] }).messages).toEqual([
-      { role: 'user', content: 'Hi' },
-    ]);
+    expect(
+      params({
+        messages: [
+          { role: 'user', content: 'Hi' },
+          { role: 'system', content: '' },
+          { role: 'system', content: [] },
+        ],
+      }).messages,
+    ).toEqual([{ role: 'user', content: 'Hi' }]);
   });
 
   it('keeps role "system" for reasoning models (like the top-level prompt) and for OpenRouter', () => {
@@ -285,7 +329,13 @@ describe('translateRequest: system messages in the middle of the conversation', 
         { role: 'user', content: 'Go' },
         { role: 'assistant', content: [{ type: 'tool_use', id: 'call_a', name: 'a', input: {} }] },
         { role: 'system', content: 'Tool a is slow today.' },
-        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_a', content: 'A result' }, { type: 'text', text: 'Go on.' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'call_a', content: 'A result' },
+            { type: 'text', text: 'Go on.' },
+          ],
+        },
         { role: 'assistant', content: [{ type: 'tool_use', id: 'call_b', name: 'b', input: {} }] },
         { role: 'system', content: 'Last word.' },
       ],
@@ -324,12 +374,30 @@ describe('translateRequest: system messages in the middle of the conversation', 
 
   it('refuses non-text blocks in a system message, naming where they are', () => {
     expect(() =>
-      openai({ messages: [{ role: 'user', content: 'Hi' }, { role: 'system', content: [{ type: 'text', text: 'a' }, { type: 'image', source: {} }] }] }),
+      openai({
+        messages: [
+          { role: 'user', content: 'Hi' },
+          {
+            role: 'system',
+            content: [
+              { type: 'text', text: 'a' },
+              { type: 'image', source: {} },
+            ],
+          },
+        ],
+      }),
     ).toThrowError(new TranslationError('messages.1.content.1: only text blocks are allowed in a system prompt'));
     expect(() =>
-      openai({ messages: [{ role: 'user', content: 'Hi' }, { role: 'system', content: [{ type: 'tool_addition', tool: { type: 'tool_reference', name: 'x' } }] }] }),
+      openai({
+        messages: [
+          { role: 'user', content: 'Hi' },
+          { role: 'system', content: [{ type: 'tool_addition', tool: { type: 'tool_reference', name: 'x' } }] },
+        ],
+      }),
     ).toThrowError(
-      new TranslationError('messages.1.content.0: mid-conversation tool changes (tool_addition) cannot be sent to OpenAI, which serves this model; use a Claude model for them'),
+      new TranslationError(
+        'messages.1.content.0: mid-conversation tool changes (tool_addition) cannot be sent to OpenAI, which serves this model; use a Claude model for them',
+      ),
     );
   });
 
@@ -338,13 +406,24 @@ describe('translateRequest: system messages in the middle of the conversation', 
     ['tool', 'messages.1.role: "tool" cannot be sent to OpenAI, which serves this model; a message\'s role must be "user", "assistant" or "system"'],
     ['', 'messages.1.role: "" cannot be sent to OpenAI, which serves this model; a message\'s role must be "user", "assistant" or "system"'],
   ])('refuses any other role (%j) with a 400 naming the index and the role', (role, message) => {
-    expect(() => openai({ messages: [{ role: 'user', content: 'Hi' }, { role, content: 'x' }] })).toThrowError(new TranslationError(message));
+    expect(() =>
+      openai({
+        messages: [
+          { role: 'user', content: 'Hi' },
+          { role, content: 'x' },
+        ],
+      }),
+    ).toThrowError(new TranslationError(message));
   });
 
   it('names OpenRouter in the refusal when OpenRouter serves the model', () => {
     expect(() =>
       translateRequest(body({ messages: [{ role: 'function', content: 'x' }] }), { upstreamModel: 'x/y', dialect: OPENROUTER_DIALECT, stream: false }),
-    ).toThrowError(new TranslationError('messages.0.role: "function" cannot be sent to OpenRouter, which serves this model; a message\'s role must be "user", "assistant" or "system"'));
+    ).toThrowError(
+      new TranslationError(
+        'messages.0.role: "function" cannot be sent to OpenRouter, which serves this model; a message\'s role must be "user", "assistant" or "system"',
+      ),
+    );
   });
 });
 
@@ -395,8 +474,14 @@ describe('translateRequest: tools', () => {
     [{ type: 'any' }, { tool_choice: 'required' }],
     [{ type: 'tool', name: 'search' }, { tool_choice: { type: 'function', function: { name: 'search' } } }],
     [{ type: 'none' }, { tool_choice: 'none' }],
-    [{ type: 'auto', disable_parallel_tool_use: true }, { tool_choice: 'auto', parallel_tool_calls: false }],
-    [{ type: 'any', disable_parallel_tool_use: true }, { tool_choice: 'required', parallel_tool_calls: false }],
+    [
+      { type: 'auto', disable_parallel_tool_use: true },
+      { tool_choice: 'auto', parallel_tool_calls: false },
+    ],
+    [
+      { type: 'any', disable_parallel_tool_use: true },
+      { tool_choice: 'required', parallel_tool_calls: false },
+    ],
   ])('maps tool_choice %j', (choice, expected) => {
     const p = params({ tools: [{ name: 'search', input_schema: { type: 'object' } }], tool_choice: choice });
     expect({ tool_choice: p.tool_choice, ...(p.parallel_tool_calls !== undefined ? { parallel_tool_calls: p.parallel_tool_calls } : {}) }).toEqual(expected);
@@ -550,7 +635,11 @@ describe('translateRequest: what cannot be translated is a clear 400', () => {
   it('refuses document blocks, naming where they are', () => {
     expect(
       refused({ messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0=' } }] }] }),
-    ).toThrowError(new TranslationError('messages.0.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them'));
+    ).toThrowError(
+      new TranslationError(
+        'messages.0.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them',
+      ),
+    );
   });
 
   it('refuses documents inside tool results, server tools, file images and the MCP connector', () => {
@@ -562,7 +651,9 @@ describe('translateRequest: what cannot be translated is a clear 400', () => {
         ],
       }),
     ).toThrow(/^messages\.1\.content\.0\.content\.0: document/);
-    expect(refused({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] })).toThrow(/tools\.0: the server \/ Anthropic-defined tool "web_search_20250305"/);
+    expect(refused({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] })).toThrow(
+      /tools\.0: the server \/ Anthropic-defined tool "web_search_20250305"/,
+    );
     expect(refused({ messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'file', file_id: 'f1' } }] }] })).toThrow(/image source "file"/);
     expect(refused({ mcp_servers: [{ type: 'url', url: 'https://x', name: 'x' }] })).toThrow(/MCP connector/);
     expect(refused({ system: [{ type: 'image', source: {} }] })).toThrow(/system\.0: only text blocks/);
@@ -574,13 +665,25 @@ describe('estimateTokens', () => {
     const t = openai({ system: 'S', tools: [{ name: 'a', input_schema: { type: 'object' } }] });
     const json = JSON.stringify({ messages: t.params.messages, tools: t.params.tools });
     expect(estimateTokens(t.params)).toBe(Math.ceil(json.length / 4));
-    expect(json).toBe('{"messages":[{"role":"system","content":"S"},{"role":"user","content":"Hi"}],"tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object"}}}]}');
+    expect(json).toBe(
+      '{"messages":[{"role":"system","content":"S"},{"role":"user","content":"Hi"}],"tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object"}}}]}',
+    );
     expect(estimateTokens(t.params)).toBe(41);
   });
 
   it('counts an image as 1600 tokens, not by the length of its data URL', () => {
     const image = (data: string) =>
-      openai({ messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data } }, { type: 'text', text: 'Hi' }] }] }).params;
+      openai({
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'image', source: { type: 'base64', media_type: 'image/png', data } },
+              { type: 'text', text: 'Hi' },
+            ],
+          },
+        ],
+      }).params;
     const small = estimateTokens(image('AAAA'));
     expect(estimateTokens(image('A'.repeat(400_000)))).toBe(small);
     expect(small).toBe(Math.ceil('{"messages":[{"role":"user","content":[{"type":"image_url"},{"type":"text","text":"Hi"}]}]}'.length / 4) + 1600);

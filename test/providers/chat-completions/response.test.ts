@@ -74,8 +74,14 @@ describe('translateResponse', () => {
 
   it('reports stop_sequence only when the server names the matched sequence (vLLM-style choice.stop_reason)', () => {
     const c = ctx({ stopSequences: ['END', '###'] });
-    expect(translateResponse(completion({ content: 'x' }, 'stop', { stop_reason: '###' }), c)).toMatchObject({ stop_reason: 'stop_sequence', stop_sequence: '###' });
-    expect(translateResponse(completion({ content: 'x' }, 'stop', { stop_reason: 'other' }), c)).toMatchObject({ stop_reason: 'end_turn', stop_sequence: null });
+    expect(translateResponse(completion({ content: 'x' }, 'stop', { stop_reason: '###' }), c)).toMatchObject({
+      stop_reason: 'stop_sequence',
+      stop_sequence: '###',
+    });
+    expect(translateResponse(completion({ content: 'x' }, 'stop', { stop_reason: 'other' }), c)).toMatchObject({
+      stop_reason: 'end_turn',
+      stop_sequence: null,
+    });
     expect(translateResponse(completion({ content: 'x' }, 'stop'), c)).toMatchObject({ stop_reason: 'end_turn', stop_sequence: null });
   });
 
@@ -91,13 +97,20 @@ describe('translateResponse', () => {
     expect(parseArguments('')).toEqual({});
     expect(parseArguments(undefined)).toEqual({});
     expect(parseArguments('{"a":[1]}')).toEqual({ a: [1] });
-    const msg = translateResponse(completion({ tool_calls: [{ id: 'c', type: 'function', function: { name: 'a', arguments: '{"broken' } }] }, 'tool_calls'), ctx());
+    const msg = translateResponse(
+      completion({ tool_calls: [{ id: 'c', type: 'function', function: { name: 'a', arguments: '{"broken' } }] }, 'tool_calls'),
+      ctx(),
+    );
     expect(msg.content).toEqual([{ type: 'tool_use', id: 'c', name: 'a', input: {} }]);
   });
 
   it('reads reasoning from the dialect field: reasoning_content (OpenAI), reasoning (OpenRouter)', () => {
     const onlyReasoning = completion({ content: 'Hi', reasoning: 'OpenRouter thought' }, 'stop');
-    expect(translateResponse(onlyReasoning, ctx({ dialect: OPENROUTER_DIALECT })).content[0]).toEqual({ type: 'thinking', thinking: 'OpenRouter thought', signature: '' });
+    expect(translateResponse(onlyReasoning, ctx({ dialect: OPENROUTER_DIALECT })).content[0]).toEqual({
+      type: 'thinking',
+      thinking: 'OpenRouter thought',
+      signature: '',
+    });
     expect(translateResponse(onlyReasoning, ctx()).content).toEqual([{ type: 'text', text: 'Hi' }]);
   });
 

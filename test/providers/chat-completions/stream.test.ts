@@ -18,7 +18,13 @@ function ctx(over: Partial<AnswerContext> = {}): AnswerContext {
 }
 
 const chunk = (delta: Delta, finish: string | null = null): Chunk =>
-  ({ id: 'chatcmpl-s1', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o', choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }] }) as Chunk;
+  ({
+    id: 'chatcmpl-s1',
+    object: 'chat.completion.chunk',
+    created: 1,
+    model: 'gpt-4o',
+    choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }],
+  }) as Chunk;
 const usageChunk = (prompt: number, completion: number, cached = 0): Chunk =>
   ({
     id: 'chatcmpl-s1',
@@ -29,7 +35,13 @@ const usageChunk = (prompt: number, completion: number, cached = 0): Chunk =>
     usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } },
   }) as Chunk;
 const toolDelta = (index: number, fields: { id?: string; name?: string; args?: string }): Delta => ({
-  tool_calls: [{ index, ...(fields.id ? { id: fields.id, type: 'function' } : {}), function: { ...(fields.name ? { name: fields.name } : {}), ...(fields.args !== undefined ? { arguments: fields.args } : {}) } }],
+  tool_calls: [
+    {
+      index,
+      ...(fields.id ? { id: fields.id, type: 'function' } : {}),
+      function: { ...(fields.name ? { name: fields.name } : {}), ...(fields.args !== undefined ? { arguments: fields.args } : {}) },
+    },
+  ],
 });
 
 function run(chunks: Chunk[], c = ctx(), inputEstimate = 0): { events: StreamEvent[]; translator: StreamTranslator } {
@@ -113,21 +125,37 @@ describe('StreamTranslator', () => {
     const tail = t.end();
     expect(tail).toEqual([
       ev({ type: 'content_block_stop', index: 0 }),
-      ev({ type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 } }),
+      ev({
+        type: 'message_delta',
+        delta: { stop_reason: 'end_turn', stop_sequence: null },
+        usage: { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 },
+      }),
       ev({ type: 'message_stop' }),
     ]);
   });
 
   it('starts with the input estimate and, without a usage chunk, ends with it and about four characters an output token', () => {
     const { events } = run([chunk({ content: 'abcdefghij' }), chunk({ content: 'kl' }), chunk({}, 'length')], ctx(), 77);
-    expect((events[0]!.data as { message: { usage: unknown } }).message.usage).toEqual({ input_tokens: 77, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 });
+    expect((events[0]!.data as { message: { usage: unknown } }).message.usage).toEqual({
+      input_tokens: 77,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: 0,
+      output_tokens: 0,
+    });
     expect(events.at(-2)).toEqual(
-      ev({ type: 'message_delta', delta: { stop_reason: 'max_tokens', stop_sequence: null }, usage: { input_tokens: 77, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 3 } }),
+      ev({
+        type: 'message_delta',
+        delta: { stop_reason: 'max_tokens', stop_sequence: null },
+        usage: { input_tokens: 77, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 3 },
+      }),
     );
   });
 
   it('opens no block for empty content and reads OpenRouter reasoning from `reasoning`', () => {
-    const { events } = run([chunk({ role: 'assistant', content: '' }), chunk({ reasoning: 'R', reasoning_content: 'ignored' }), chunk({}, 'stop')], ctx({ dialect: OPENROUTER_DIALECT }));
+    const { events } = run(
+      [chunk({ role: 'assistant', content: '' }), chunk({ reasoning: 'R', reasoning_content: 'ignored' }), chunk({}, 'stop')],
+      ctx({ dialect: OPENROUTER_DIALECT }),
+    );
     expect(events.slice(1, 4)).toEqual([
       ev({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }),
       ev({ type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'R' } }),
@@ -137,7 +165,12 @@ describe('StreamTranslator', () => {
 
   it('sends fragments of interleaved parallel calls to their own block index', () => {
     const { events } = run([
-      chunk({ tool_calls: [{ index: 0, id: 'a', type: 'function', function: { name: 'f', arguments: '{"x"' } }, { index: 1, id: 'b', type: 'function', function: { name: 'g', arguments: '{"y"' } }] }),
+      chunk({
+        tool_calls: [
+          { index: 0, id: 'a', type: 'function', function: { name: 'f', arguments: '{"x"' } },
+          { index: 1, id: 'b', type: 'function', function: { name: 'g', arguments: '{"y"' } },
+        ],
+      }),
       chunk(toolDelta(0, { args: ':1}' })),
       chunk(toolDelta(1, { args: ':2}' })),
       chunk({}, 'tool_calls'),
@@ -184,7 +217,9 @@ describe('anthropicSseStream', () => {
 
   it('frames every event as `event: <type>\\ndata: <json>\\n\\n`', async () => {
     const { chunks } = source([chunk({ content: 'Hi' }), chunk({}, 'stop'), usageChunk(3, 1)]);
-    const text = await read(anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 1000, abort: () => undefined }));
+    const text = await read(
+      anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 1000, abort: () => undefined }),
+    );
     expect(text).toBe(
       [
         `event: message_start\ndata: ${JSON.stringify(START.data)}\n\n`,
@@ -212,11 +247,20 @@ describe('anthropicSseStream', () => {
   });
 
   it('writes an error event for an {error} chunk (the SDK throws it) and ends normally', async () => {
-    const err = new OpenAI.APIError(undefined, { message: 'Upstream failure mid-stream', type: 'server_error', code: 'server_error' }, undefined, new Headers());
+    const err = new OpenAI.APIError(
+      undefined,
+      { message: 'Upstream failure mid-stream', type: 'server_error', code: 'server_error' },
+      undefined,
+      new Headers(),
+    );
     const { chunks } = source([chunk({ content: 'Hi' }), chunk({ content: 'more' })], { failAfter: 1, error: err });
     const aborted: unknown[] = [];
-    const text = await read(anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 1000, abort: (r) => aborted.push(r) }));
-    expect(text.endsWith('event: error\ndata: {"type":"error","error":{"type":"api_error","message":"OpenAI failed mid-stream: Upstream failure mid-stream"}}\n\n')).toBe(true);
+    const text = await read(
+      anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 1000, abort: (r) => aborted.push(r) }),
+    );
+    expect(
+      text.endsWith('event: error\ndata: {"type":"error","error":{"type":"api_error","message":"OpenAI failed mid-stream: Upstream failure mid-stream"}}\n\n'),
+    ).toBe(true);
     expect(text).not.toContain('message_stop');
     expect(aborted).toEqual([err]);
   });
@@ -224,7 +268,9 @@ describe('anthropicSseStream', () => {
   it('maps a rate-limit error chunk to rate_limit_error', async () => {
     const err = new OpenAI.APIError(undefined, { message: 'slow down', code: 429 }, undefined, new Headers());
     const { chunks } = source([chunk({ content: 'Hi' })], { failAfter: 0, error: err });
-    const text = await read(anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openrouter', timeoutMs: 1000, abort: () => undefined }));
+    const text = await read(
+      anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openrouter', timeoutMs: 1000, abort: () => undefined }),
+    );
     expect(text).toBe('event: error\ndata: {"type":"error","error":{"type":"rate_limit_error","message":"OpenRouter failed mid-stream: slow down"}}\n\n');
   });
 
@@ -232,15 +278,27 @@ describe('anthropicSseStream', () => {
     const { chunks } = source([chunk({ content: 'Hi' }), chunk({}, 'stop')], { stallAfter: 1 });
     const aborted: unknown[] = [];
     const started = Date.now();
-    const text = await read(anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 150, abort: (r) => aborted.push(r) }));
+    const text = await read(
+      anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 150, abort: (r) => aborted.push(r) }),
+    );
     expect(Date.now() - started).toBeGreaterThanOrEqual(140);
-    expect(text.endsWith('event: error\ndata: {"type":"error","error":{"type":"api_error","message":"OpenAI stopped sending data for 150 ms in the middle of the stream"}}\n\n')).toBe(true);
+    expect(
+      text.endsWith(
+        'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"OpenAI stopped sending data for 150 ms in the middle of the stream"}}\n\n',
+      ),
+    ).toBe(true);
     expect((aborted[0] as Error).name).toBe('TimeoutError');
   });
 
   it('treats a stream that ends without a finish reason as a failure', async () => {
     const { chunks } = source([chunk({ content: 'Hi' })]);
-    const text = await read(anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 1000, abort: () => undefined }));
-    expect(text.endsWith('event: error\ndata: {"type":"error","error":{"type":"api_error","message":"The connection to OpenAI failed mid-stream: the stream ended before OpenAI finished its answer"}}\n\n')).toBe(true);
+    const text = await read(
+      anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openai', timeoutMs: 1000, abort: () => undefined }),
+    );
+    expect(
+      text.endsWith(
+        'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"The connection to OpenAI failed mid-stream: the stream ended before OpenAI finished its answer"}}\n\n',
+      ),
+    ).toBe(true);
   });
 });

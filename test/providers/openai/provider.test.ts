@@ -61,11 +61,25 @@ describe('openaiProvider.send (simulated OpenAI)', () => {
     const fields = {
       system: 'Be brief.',
       messages: [
-        { role: 'user', content: [{ type: 'text', text: 'Look at this' }, { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Look at this' },
+            { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } },
+          ],
+        },
         { role: 'assistant', content: [{ type: 'tool_use', id: 'call_x', name: long, input: { n: 1 } }] },
-        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_x', content: 'done' }, { type: 'text', text: 'Thanks [[words:2]]' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'call_x', content: 'done' },
+            { type: 'text', text: 'Thanks [[words:2]]' },
+          ],
+        },
       ],
-      tools: [{ name: long, description: 'Lists', input_schema: { type: 'object', properties: { n: { type: 'number' } } }, cache_control: { type: 'ephemeral' } }],
+      tools: [
+        { name: long, description: 'Lists', input_schema: { type: 'object', properties: { n: { type: 'number' } } }, cache_control: { type: 'ephemeral' } },
+      ],
       tool_choice: { type: 'auto', disable_parallel_tool_use: true },
       temperature: 0.4,
       stop_sequences: ['STOP'],
@@ -82,7 +96,13 @@ describe('openaiProvider.send (simulated OpenAI)', () => {
       model: 'gpt-4o',
       messages: [
         { role: 'system', content: 'Be brief.' },
-        { role: 'user', content: [{ type: 'text', text: 'Look at this' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Look at this' },
+            { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } },
+          ],
+        },
         { role: 'assistant', content: null, tool_calls: [{ id: 'call_x', type: 'function', function: { name: short, arguments: '{"n":1}' } }] },
         { role: 'tool', tool_call_id: 'call_x', content: 'done' },
         { role: 'user', content: 'Thanks [[words:2]]' },
@@ -101,7 +121,14 @@ describe('openaiProvider.send (simulated OpenAI)', () => {
   it('answers a tool-calling turn with parallel tool_use blocks, restored long names and exact usage', async () => {
     const long = `mcp__${'z'.repeat(70)}`;
     const text = `Use tools [[thinking]] [[cache:read=5]] [[tool:${shortenToolName(long)} {"q":"a"}]] [[tool:second {"n":[1,2]}]]`;
-    const r = await openaiProvider.send(say(text, { tools: [{ name: long, input_schema: { type: 'object' } }, { name: 'second', input_schema: { type: 'object' } }] }));
+    const r = await openaiProvider.send(
+      say(text, {
+        tools: [
+          { name: long, input_schema: { type: 'object' } },
+          { name: 'second', input_schema: { type: 'object' } },
+        ],
+      }),
+    );
     const msg = message(r);
     const sent = up.requests[0]!.body;
     const prompt = Math.max(estimateInputTokens(sent), 5);
@@ -147,7 +174,12 @@ describe('openaiProvider.send (simulated OpenAI)', () => {
 
   it.each([
     [400, 400, 'invalid_request_error', 'OpenAI rejected the request: Simulated upstream error (HTTP 400)'],
-    [401, 500, 'api_error', `OpenAI rejected the project's OpenAI API key (set it with "gateway project set-provider-key"): Simulated upstream error (HTTP 401)`],
+    [
+      401,
+      500,
+      'api_error',
+      `OpenAI rejected the project's OpenAI API key (set it with "gateway project set-provider-key"): Simulated upstream error (HTTP 401)`,
+    ],
     [404, 404, 'not_found_error', 'OpenAI: not found: Simulated upstream error (HTTP 404)'],
     [429, 429, 'rate_limit_error', 'OpenAI is rate limiting requests: Simulated upstream error (HTTP 429)'],
     [500, 500, 'api_error', 'OpenAI failed with HTTP 500: Simulated upstream error (HTTP 500)'],
@@ -165,17 +197,30 @@ describe('openaiProvider.send (simulated OpenAI)', () => {
     const port = (closed.address() as AddressInfo).port;
     await new Promise((resolve) => closed.close(resolve));
     const refused = await openaiProvider.send(say('x', {}, { baseUrl: `http://127.0.0.1:${port}/v1` }));
-    expect(refused).toEqual({ kind: 'error', status: 500, body: { type: 'error', error: { type: 'api_error', message: expect.stringMatching(/^Could not reach OpenAI: .*ECONNREFUSED/) } } });
+    expect(refused).toEqual({
+      kind: 'error',
+      status: 500,
+      body: { type: 'error', error: { type: 'api_error', message: expect.stringMatching(/^Could not reach OpenAI: .*ECONNREFUSED/) } },
+    });
     const slow = await openaiProvider.send(say('x [[hang]]', {}, { timeoutMs: 200 }));
     expect(slow).toEqual({ kind: 'error', status: 500, body: { type: 'error', error: { type: 'api_error', message: 'OpenAI did not answer within 200 ms' } } });
   });
 
   it('answers 400 for what cannot be translated, without calling the upstream', async () => {
-    const r = await openaiProvider.send(request({ messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'x' } }] }] }));
+    const r = await openaiProvider.send(
+      request({ messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'x' } }] }] }),
+    );
     expect(r).toEqual({
       kind: 'error',
       status: 400,
-      body: { type: 'error', error: { type: 'invalid_request_error', message: 'messages.0.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them' } },
+      body: {
+        type: 'error',
+        error: {
+          type: 'invalid_request_error',
+          message:
+            'messages.0.content.0: document (PDF / plain-text document) blocks cannot be sent to OpenAI, which serves this model; use a Claude model for them',
+        },
+      },
     });
     expect(up.requests).toHaveLength(0);
   });
@@ -206,7 +251,9 @@ describe('openaiProvider.send streaming (simulated OpenAI)', () => {
       'message_delta',
       'message_stop',
     ]);
-    const json = events.filter((e) => e.data.index === 2 && e.event === 'content_block_delta').map((e) => (e.data.delta as { partial_json: string }).partial_json);
+    const json = events
+      .filter((e) => e.data.index === 2 && e.event === 'content_block_delta')
+      .map((e) => (e.data.delta as { partial_json: string }).partial_json);
     expect(json.join('')).toBe('{"q":"x"}');
     const prompt = Math.max(estimateInputTokens(sent), 3);
     expect(events.at(-2)!.data).toEqual({
@@ -225,12 +272,18 @@ describe('openaiProvider.send streaming (simulated OpenAI)', () => {
   it('ends with an error event when the connection breaks mid-stream', async () => {
     const { events } = await sse(await openaiProvider.send(say('[[words:5]] [[reset-after:3]]', { stream: true })));
     expect(events.map((e) => e.event)).toEqual(['message_start', 'content_block_start', 'content_block_delta', 'content_block_delta', 'error']);
-    expect(events.at(-1)!.data).toEqual({ type: 'error', error: { type: 'api_error', message: expect.stringMatching(/^The connection to OpenAI failed mid-stream: /) } });
+    expect(events.at(-1)!.data).toEqual({
+      type: 'error',
+      error: { type: 'api_error', message: expect.stringMatching(/^The connection to OpenAI failed mid-stream: /) },
+    });
   });
 
   it('ends with an error event when the upstream goes quiet for longer than the time-out', async () => {
     const { events } = await sse(await openaiProvider.send(say('[[words:3]] [[delay:1000]]', { stream: true }, { timeoutMs: 200 })));
-    expect(events.at(-1)!.data).toEqual({ type: 'error', error: { type: 'api_error', message: 'OpenAI stopped sending data for 200 ms in the middle of the stream' } });
+    expect(events.at(-1)!.data).toEqual({
+      type: 'error',
+      error: { type: 'api_error', message: 'OpenAI stopped sending data for 200 ms in the middle of the stream' },
+    });
   });
 
   it('aborts the upstream request when the consumer cancels, and when the client signal aborts', async () => {
@@ -239,7 +292,9 @@ describe('openaiProvider.send streaming (simulated OpenAI)', () => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       let n = 0;
       const timer = setInterval(() => {
-        res.write(`data: ${JSON.stringify({ id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: `w${n++} ` }, finish_reason: null }] })}\n\n`);
+        res.write(
+          `data: ${JSON.stringify({ id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: `w${n++} ` }, finish_reason: null }] })}\n\n`,
+        );
       }, 10);
       res.on('close', () => {
         clearInterval(timer);
@@ -273,7 +328,11 @@ describe('openaiProvider.send streaming (simulated OpenAI)', () => {
 
 describe('openaiProvider.countTokens', () => {
   it('estimates ceil(chars / 4) of the translated messages and tools, without calling the upstream', async () => {
-    const req = request({ system: 'Sys', messages: [{ role: 'user', content: 'How many tokens is this?' }], tools: [{ name: 't', input_schema: { type: 'object' } }] });
+    const req = request({
+      system: 'Sys',
+      messages: [{ role: 'user', content: 'How many tokens is this?' }],
+      tools: [{ name: 't', input_schema: { type: 'object' } }],
+    });
     const expected = estimateTokens(translateRequest(req.body, { upstreamModel: 'gpt-4o', dialect: OPENAI_DIALECT, stream: false }).params);
     expect(await openaiProvider.countTokens(req)).toEqual({ kind: 'count', input_tokens: expected, estimated: true });
     expect(expected).toBe(
@@ -291,7 +350,9 @@ describe('openaiProvider.countTokens', () => {
   });
 
   it('answers 400 for what cannot be translated', async () => {
-    const r = await openaiProvider.countTokens(request({ messages: [{ role: 'user', content: [{ type: 'search_result', source: 's', title: 't', content: [] }] }] }));
+    const r = await openaiProvider.countTokens(
+      request({ messages: [{ role: 'user', content: [{ type: 'search_result', source: 's', title: 't', content: [] }] }] }),
+    );
     expect(r).toMatchObject({ kind: 'error', status: 400, body: { error: { type: 'invalid_request_error' } } });
   });
 });

@@ -52,7 +52,9 @@ describe('reportedCostMicros', () => {
 
 describe('openrouterProvider', () => {
   it('sends the OpenAI translation to /api/v1 with the stripped model, usage accounting and reasoning.max_tokens', async () => {
-    const r = message(await openrouterProvider.send(say('Hi [[words:3]]', { system: 'S', thinking: { type: 'enabled', budget_tokens: 2048 }, temperature: 0.7 })));
+    const r = message(
+      await openrouterProvider.send(say('Hi [[words:3]]', { system: 'S', thinking: { type: 'enabled', budget_tokens: 2048 }, temperature: 0.7 })),
+    );
     expect(r.message.model).toBe('or:meta-llama/llama-3.3-70b-instruct');
     const rec = up.requests[0]!;
     expect(rec.path).toBe('/api/v1/chat/completions');
@@ -100,7 +102,11 @@ describe('openrouterProvider', () => {
     const r = await openrouterProvider.send(say('Hi [[words:4]] [[cost:0.5]] [[stream-error-after:2]]', { stream: true }));
     if (r.kind !== 'stream') throw new Error('expected a stream');
     const text = await new Response(r.body).text();
-    expect(text.endsWith('event: error\ndata: {"type":"error","error":{"type":"api_error","message":"OpenRouter failed mid-stream: Upstream failure mid-stream"}}\n\n')).toBe(true);
+    expect(
+      text.endsWith(
+        'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"OpenRouter failed mid-stream: Upstream failure mid-stream"}}\n\n',
+      ),
+    ).toBe(true);
     expect(r.reportedCostMicros?.()).toBeUndefined();
   });
 
