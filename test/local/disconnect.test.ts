@@ -31,7 +31,7 @@ const dataDirs: string[] = [];
 let gw: GatewayProcess | undefined;
 /** Every process this file started, so a crash mid-file still ends with a clean-up of each. */
 const started: GatewayProcess[] = [];
-let crashes: string[] = [];
+const crashes: string[] = [];
 
 async function ensureGateway(): Promise<GatewayProcess> {
   if (gw?.alive()) return gw;

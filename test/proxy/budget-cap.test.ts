@@ -1,4 +1,4 @@
-import Anthropic from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';

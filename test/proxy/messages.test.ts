@@ -1,4 +1,4 @@
-import Anthropic, { APIError } from '@anthropic-ai/sdk';
+import Anthropic, { type APIError } from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { estimateInputTokens, EMPTY_ECHO_TEXT, THINKING_SIGNATURE, THINKING_TEXT } from '../../bin/local/upstreams/script.ts';

@@ -1,4 +1,5 @@
-import Anthropic, { APIError } from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
+import { APIError } from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { estimateInputTokens, EMPTY_ECHO_TEXT, THINKING_TEXT, toolCallTokens } from '../../bin/local/upstreams/script.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';

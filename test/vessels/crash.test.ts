@@ -40,7 +40,7 @@ let upstream: SimulatedUpstream;
 let tracker: InFlightTracker;
 let dataDir: string;
 let runtime: RuntimeChild | undefined;
-let pgids: number[] = [];
+const pgids: number[] = [];
 
 beforeAll(async () => {
   upstream = await startAnthropicUpstream();
