@@ -18,7 +18,7 @@ import { routeModel, type Route } from '../routing/route.ts';
 import { isTimeout, readWithin } from '../streaming/idle-timeout.ts';
 import { encodeSse } from '../streaming/sse.ts';
 import { MessageAccumulator } from './accumulator.ts';
-import { admit } from './admission.ts';
+import { reserveCall } from './reservation.ts';
 import { pricingFor } from './model-access.ts';
 import { settleCharge } from './settlements.ts';
 import { producedByMessage, trustedAnthropicUsage } from './usage.ts';
@@ -64,7 +64,7 @@ export interface CallCharge {
 }
 
 export type ModelCall =
-  /** `charge`: what a call that failed after admission was still charged (an aborted call's input bound). */
+  /** `charge`: what a call that failed after its reservation was still charged (an aborted call's input bound). */
   | { ok: false; refusal: Refusal; clampedMaxTokens?: number; charge?: CallCharge }
   /**
    * `charge` is known before it is settled; `settle` writes it (once, however often it is called). It is work the
@@ -155,14 +155,14 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   timePhase(log, 'pricing', phaseStart);
   if ('kind' in pricing) return { ok: false, refusal: pricing };
   phaseStart = performance.now();
-  const admitted = await admit(caller, pricing, body, input.now, input.capMicros);
+  const reservedCall = await reserveCall(caller, pricing, body, input.now, input.capMicros);
   timePhase(log, 'reservation', phaseStart);
-  if (!admitted.ok) return { ok: false, refusal: admitted.refusal };
-  const { admission } = admitted;
-  const { reservation } = admission;
-  const clampedMaxTokens = admission.clampedMaxTokens;
+  if (!reservedCall.ok) return { ok: false, refusal: reservedCall.refusal };
+  const { reserved } = reservedCall;
+  const { reservation } = reserved;
+  const clampedMaxTokens = reserved.clampedMaxTokens;
   // The forwarded body changes only when the gateway bounded it; otherwise the client's bytes go up unchanged.
-  const rawBody = admission.body === body && input.rawBody !== undefined ? input.rawBody : JSON.stringify(admission.body);
+  const rawBody = reserved.body === body && input.rawBody !== undefined ? input.rawBody : JSON.stringify(reserved.body);
   // A caller that stops listening does not stop the provider's bill, so the call is not abandoned on its own: a JSON
   // answer is awaited and charged as counted, a stream is read until the provider has reported its input.
   const upstream = new AbortController();
@@ -171,7 +171,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   let result: ProviderResult;
   try {
     result = await resolved.provider.send(
-      providerRequest(resolved, input, admission.body, rawBody, input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal),
+      providerRequest(resolved, input, reserved.body, rawBody, input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal),
     );
   } catch (err) {
     await finishBeforeReturn(settleCharge(reservation, 0, context));
@@ -182,7 +182,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
 
   if (result.kind === 'error') {
     // Aborted by the caller: the provider may have billed the input it had read.
-    const micros = input.signal?.aborted ? charge(pricing, { input_tokens: admission.worstCase.inputTokens, output_tokens: 0 }).microdollars : 0;
+    const micros = input.signal?.aborted ? charge(pricing, { input_tokens: reserved.worstCase.inputTokens, output_tokens: 0 }).microdollars : 0;
     const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context));
     log.costMicrodollars = micros;
     return {
@@ -197,16 +197,16 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     const trusted = trustedAnthropicUsage(result.message.usage);
     if (!trusted) untrustedUsage(context, 'message');
     const tokens = trusted ?? {
-      input_tokens: admission.worstCase.inputTokens,
+      input_tokens: reserved.worstCase.inputTokens,
       // The provider cannot have produced more than it was allowed: the estimate stays inside the reservation.
-      output_tokens: Math.min(producedByMessage(result.message.content), admission.body.max_tokens),
+      output_tokens: Math.min(producedByMessage(result.message.content), reserved.body.max_tokens),
     };
     const reported = reportedCost(result.reportedCostMicros, context);
     const micros = reported ?? charge(pricing, tokens).microdollars;
     log.costMicrodollars = micros;
     // Settled after delivery: the charge is known now, and what will remain follows from the reservation's counters.
     const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context));
-    const remaining = remainingOf(caller, admission.committedAi - reservation.held.ai + micros);
+    const remaining = remainingOf(caller, reserved.committedAi - reservation.held.ai + micros);
     const callCharge: CallCharge = { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) };
     return { ok: true, kind: 'message', message: result.message, clampedMaxTokens, charge: callCharge, settle };
   }
@@ -215,7 +215,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     if (accumulator.usageUntrusted) untrustedUsage(context, 'stream');
     const reported = reportedCost(result.reportedCostMicros?.(), context);
     if (reported !== undefined) return { micros: reported };
-    const tokens = accumulator.tokens(admission.worstCase.inputTokens, admission.body.max_tokens);
+    const tokens = accumulator.tokens(reserved.worstCase.inputTokens, reserved.body.max_tokens);
     return { micros: charge(pricing, tokens).microdollars, tokens };
   };
   return {

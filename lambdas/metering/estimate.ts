@@ -2,7 +2,7 @@ import { routeModel } from '../routing/route.ts';
 
 /**
  * An UPPER BOUND on the input tokens a provider bills for a request, computed before the provider counts, so that the
- * reservation (`worstCaseMicros` in admission.ts) is never smaller than what the request can cost. The same body may go to Anthropic
+ * reservation (`worstCaseMicros` in reservation.ts) is never smaller than what the request can cost. The same body may go to Anthropic
  * unchanged or be translated for OpenAI / OpenRouter (lambdas/providers/chat-completions/request.ts), so every term holds for
  * both. Each term says why it is a bound, and what it assumes where the provider documents nothing better.
  *

@@ -2,7 +2,7 @@ import type Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BudgetClaim, Caller } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
-import { worstCaseMicros, worstCaseOf } from '../../lambdas/metering/admission.ts';
+import { worstCaseMicros, worstCaseOf } from '../../lambdas/metering/reservation.ts';
 import type { StreamEvent } from '../../lambdas/metering/accumulator.ts';
 import { countTokens, meteredCall, type ModelCall } from '../../lambdas/metering/call.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';

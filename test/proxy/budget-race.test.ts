@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import type { MessagesRequest } from '../../lambdas/providers/types.ts';
-import { worstCaseMicros, worstCaseOf } from '../../lambdas/metering/admission.ts';
+import { worstCaseMicros, worstCaseOf } from '../../lambdas/metering/reservation.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 let gw: TestGateway;

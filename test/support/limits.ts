@@ -35,8 +35,8 @@ export async function gatewayLimits(): Promise<GatewayLimits> {
     await exportsOf(() => import('../../lambdas/http/limits.ts') as Promise<Record<string, unknown>>),
     await exportsOf(() => import('../../lambdas/proxy/schema.ts') as Promise<Record<string, unknown>>),
   ];
-  const admission = [await exportsOf(() => import('../../lambdas/metering/admission.ts') as Promise<Record<string, unknown>>)];
-  const floor = pick(admission, /^MIN_OUTPUT_TOKENS$/);
+  const reservation = [await exportsOf(() => import('../../lambdas/metering/reservation.ts') as Promise<Record<string, unknown>>)];
+  const floor = pick(reservation, /^MIN_OUTPUT_TOKENS$/);
   const body = pick(mods, /^MAX_BODY_BYTES$|BODY.*BYTES/i);
   const depth = pick(mods, /^MAX_JSON_DEPTH$|DEPTH/i);
   const ceiling = pick(mods, /^MAX_TOKENS_CEILING$|MAX_TOKENS/i);

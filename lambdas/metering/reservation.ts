@@ -7,12 +7,12 @@ import type { Refusal } from '../refusals/refusal.ts';
 import { estimateInputTokens } from './estimate.ts';
 
 /**
- * Admission of a proxied request against what remains of the user's budget (docs/contract.md, "Hard cap"). The
- * request's worst case — its input bound at the dearest input rate, `max_tokens` at the output rate, and the
- * server-tool fees it can incur — is reserved only if `used + reserved + worst ≤ budget`, in the ledger's single
- * conditional write. When the input side fits but the full `max_tokens` does not, `max_tokens` is lowered to the
- * largest value that fits (never raised; a request that fits is never touched); below the floor, the request is
- * refused with 429.
+ * The reservation of one model call against what remains of the user's budget (docs/contract.md, "Hard cap"): the
+ * per-call step, where plans/admission.ts is the per-run one (plan → lease). The request's worst case — its input
+ * bound at the dearest input rate, `max_tokens` at the output rate, and the server-tool fees it can incur — is
+ * reserved only if `used + reserved + worst ≤ budget`, in the ledger's single conditional write. When the input side
+ * fits but the full `max_tokens` does not, `max_tokens` is lowered to the largest value that fits (never raised; a
+ * request that fits is never touched); below the floor, the request is refused with 429.
  */
 
 /** The smallest answer worth clamping to: below this a request is refused rather than cut to nothing useful. */
@@ -31,7 +31,7 @@ export interface WorstCase {
   feesPico: number;
 }
 
-export interface Admission {
+export interface ReservedCall {
   reservation: Reservation;
   /** The window's AI used + reserved right after the reservation (its own hold included). */
   committedAi: number;
@@ -89,22 +89,22 @@ function floorOf(body: MessagesRequest): number {
   const thinking = body.thinking as { type?: string; budget_tokens?: unknown } | undefined;
   const needed =
     thinking?.type === 'enabled' && typeof thinking.budget_tokens === 'number' ? Math.max(MIN_OUTPUT_TOKENS, thinking.budget_tokens + 1) : MIN_OUTPUT_TOKENS;
-  // A request asking for less than the floor is admitted at its own size or not at all.
+  // A request asking for less than the floor is reserved at its own size or not at all.
   return Math.min(needed, body.max_tokens);
 }
 
 /**
- * Reserves the request's worst case (lowering `max_tokens` to fit when it can), or says why it cannot be admitted.
+ * Reserves the call's worst case (lowering `max_tokens` to fit when it can), or says why it cannot be reserved.
  * `capMicros` bounds the worst case further (an agent run's `maxBudgetUsd`, what is left of it): `max_tokens` is
  * lowered to fit it the same way, and below the floor the refusal is `cost_cap_reached`.
  */
-export async function admit(
+export async function reserveCall(
   caller: Caller,
   pricing: ModelPricing,
   clientBody: MessagesRequest,
   now = new Date(),
   capMicros?: number,
-): Promise<{ ok: true; admission: Admission } | { ok: false; refusal: Refusal }> {
+): Promise<{ ok: true; reserved: ReservedCall } | { ok: false; refusal: Refusal }> {
   const bounded = boundedTools(clientBody, pricing);
   // The body as it will be forwarded (a `max_uses` the gateway adds is input too); only max_tokens may change later.
   const forwarded = bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody;
@@ -131,7 +131,7 @@ export async function admit(
       const body = clamped ? { ...forwarded, max_tokens: maxTokens } : forwarded;
       return {
         ok: true,
-        admission: { reservation: result.reservation, committedAi: result.committed.ai, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase },
+        reserved: { reservation: result.reservation, committedAi: result.committed.ai, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase },
       };
     }
     usage = result.usage;
