@@ -1,11 +1,11 @@
 import * as z from 'zod';
-import { Identifier, WindowKind } from '../../lambdas/auth/claims.ts';
+import { WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
 import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { developerAllowance } from '../../lambdas/plans/compute.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
-import { ProjectProvider } from '../../lambdas/registry/model.ts';
+import { Identifier, ProjectProvider } from '../../lambdas/registry/model.ts';
 import {
   createDeveloper,
   createProject,
@@ -18,6 +18,7 @@ import {
   setModelPricing,
   setProviderKey,
 } from '../../lambdas/registry/registry.ts';
+import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
 import { redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
 import type { Target } from './target.ts';
 
@@ -216,13 +217,13 @@ export const COMMANDS: Record<string, Command> = {
     },
   },
   'project set-provider-key': {
-    usage: 'project set-provider-key --project ID --provider openai|openrouter --key KEY',
-    summary: "store the project's own OpenAI or OpenRouter key (encrypted, never shown again)",
+    usage: `project set-provider-key --project ID --provider ${ProjectProvider.options.join('|')} --key KEY`,
+    summary: `store the project's own ${ProjectProvider.options.map((id) => PROVIDER_LABELS[id]).join(' or ')} key (encrypted, never shown again)`,
     async run(flags, ctx) {
       const o = parse(
         {
           project: required('project', Identifier),
-          provider: required('provider', z.enum(ProjectProvider.options, { error: '--provider must be openai or openrouter' })),
+          provider: required('provider', z.enum(ProjectProvider.options, { error: `--provider must be ${ProjectProvider.options.join(' or ')}` })),
           key: required('key', z.string().min(1, '--key must not be empty')),
         },
         flags,

@@ -1,7 +1,8 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import type { TokenUsage } from '../pricing/prices.ts';
+import { estimateProducedTokens } from '../providers/token-estimates.ts';
 import { SseDecoder } from '../streaming/sse.ts';
-import { estimateProducedTokens, trustedAnthropicUsage } from './usage.ts';
+import { trustedAnthropicUsage } from './usage.ts';
 
 /** One decoded event of an Anthropic stream (`error` and `ping` included, which the SDK's union leaves out). */
 export type StreamEvent = Anthropic.RawMessageStreamEvent | { type: 'error'; error?: { type?: string; message?: string } } | { type: 'ping' };

@@ -1,11 +1,13 @@
 import type { TokenUsage } from '../pricing/prices.ts';
+import { estimateProducedTokens } from '../providers/token-estimates.ts';
 
 /**
  * Usage figures from an upstream are never trusted blindly (docs/contract.md, "Never trust a number"): each count
  * must be a non-negative safe integer no larger than MAX_PLAUSIBLE_TOKENS. No request can carry more — a 6 MB body
  * is at most about 6.3 million input tokens, and `max_tokens` is at most 1,000,000 — so anything above is a broken
  * or hostile upstream, not a bill. A usage object that is missing, or has an implausible figure, is replaced by the
- * gateway's own count of what it passed (its input bound and the produced-token estimate).
+ * gateway's own count of what it passed (its input bound and the produced-token estimate of
+ * providers/token-estimates.ts, the one a translated stream announces).
  */
 export const MAX_PLAUSIBLE_TOKENS = 10_000_000;
 
@@ -36,14 +38,6 @@ export function trustedAnthropicUsage(raw: unknown): TokenUsage | undefined {
     cache_creation_1h_input_tokens: (optional.cache_creation_1h_input_tokens as number | null | undefined) ?? 0,
     web_search_requests: (optional.web_search_requests as number | null | undefined) ?? 0,
   };
-}
-
-/**
- * Output tokens of an answer whose usage is missing: each content block or delta carries at least one token, and
- * text runs about four characters a token; the larger of the two.
- */
-export function estimateProducedTokens(pieces: number, characters: number): number {
-  return Math.max(pieces, Math.ceil(characters / 4));
 }
 
 /** What a complete (non-streamed) Anthropic message produced, for when its usage cannot be trusted. */

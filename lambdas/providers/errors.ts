@@ -1,5 +1,5 @@
 import { isTimeout } from '../streaming/idle-timeout.ts';
-import { PROVIDER_LABELS, type ProviderId } from './ids.ts';
+import { PROVIDER_LABELS, type ProviderId } from '../routing/provider-ids.ts';
 import type { AnthropicErrorBody, AnthropicErrorType } from './types.ts';
 
 export function anthropicError(type: AnthropicErrorType, message: string): AnthropicErrorBody {

@@ -1,5 +1,5 @@
 import { anthropicProvider } from './anthropic/index.ts';
-import type { ProviderId } from './ids.ts';
+import type { ProviderId } from '../routing/provider-ids.ts';
 import { openaiProvider } from './openai/index.ts';
 import { openrouterProvider } from './openrouter/index.ts';
 import type { Provider } from './types.ts';

@@ -1,5 +1,5 @@
 import { providerKeyFor } from '../registry/registry.ts';
-import type { ProjectKeyProviderId } from './ids.ts';
+import type { ProjectKeyProviderId } from '../routing/provider-ids.ts';
 import type { Provider } from './types.ts';
 
 /**

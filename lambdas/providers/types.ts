@@ -1,13 +1,12 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import type { Project } from '../registry/model.ts';
-import type { ProviderId } from './ids.ts';
+import type { ProviderId } from '../routing/provider-ids.ts';
 
 /**
  * The contract every provider folder implements. The proxy speaks only Anthropic's Messages format; a provider turns
  * that into its own API and its answers back into Anthropic's shapes, streams included, and it knows where its API is
  * and which key to call it with, so the proxy holds no per-provider case.
  *
- *   providers/ids.ts               the ids, their labels, which providers take a project's key
  *   providers/index.ts             PROVIDERS: one line per provider
  *   providers/anthropic/           pass-through (index.ts, api.ts, errors.ts, credentials.ts: the service key)
  *   providers/chat-completions/    the shared translation to OpenAI's Chat Completions API (request.ts,
@@ -15,12 +14,15 @@ import type { ProviderId } from './ids.ts';
  *   providers/openai/              a Chat Completions dialect: dialect.ts (what differs) + index.ts (the Provider)
  *   providers/openrouter/          the same two files
  *
- * Adding a provider = its id in ids.ts, a folder with the same files as its kind (a Chat Completions dialect:
- * dialect.ts + index.ts) and a line in providers/index.ts; the compiler then asks for its label and its entry.
+ * The ids, their labels and which providers take a project's key are in routing/provider-ids.ts.
+ *
+ * Adding a provider = its id in routing/provider-ids.ts, a folder with the same files as its kind (a Chat
+ * Completions dialect: dialect.ts + index.ts) and a line in providers/index.ts; the compiler then asks for its label
+ * and its entry.
  */
 
-/** Defined in ids.ts; re-exported for the modules that still import them from here. */
-export { PROVIDER_LABELS, type ProviderId } from './ids.ts';
+/** Defined in routing/provider-ids.ts; re-exported for the modules that still import them from here. */
+export { PROVIDER_LABELS, type ProviderId } from '../routing/provider-ids.ts';
 
 /** Error types of Anthropic's envelope `{type:"error", error:{type, message}}`. */
 export type AnthropicErrorType =

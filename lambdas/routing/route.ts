@@ -1,4 +1,4 @@
-import type { ProviderId } from '../providers/ids.ts';
+import type { ProviderId } from './provider-ids.ts';
 
 export interface Route {
   provider: ProviderId;

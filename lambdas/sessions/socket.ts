@@ -10,7 +10,7 @@ import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, typ
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { toolResultProblem } from '../providers/chat-completions/request.ts';
-import { PROVIDER_LABELS } from '../providers/ids.ts';
+import { PROVIDER_LABELS } from '../routing/provider-ids.ts';
 import { describeIssue } from '../proxy/schema.ts';
 import { sqsQueueSender, type QueueSender } from '../queues/sender.ts';
 import { routeModel } from '../routing/route.ts';

@@ -6,7 +6,7 @@ import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import type { MessagesRequest } from '../../lambdas/providers/types.ts';
 import { DEFAULT_WEB_SEARCH_MAX_USES, MIN_OUTPUT_TOKENS, worstCaseMicros, worstCaseOf } from '../../lambdas/metering/reservation.ts';
 import { estimateInputTokens } from '../../lambdas/metering/estimate.ts';
-import { estimateProducedTokens } from '../../lambdas/metering/usage.ts';
+import { estimateProducedTokens } from '../../lambdas/providers/token-estimates.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 /**

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
-import { PROJECT_KEY_PROVIDERS, PROVIDER_IDS, PROVIDER_LABELS, type ProviderId } from '../../lambdas/providers/ids.ts';
+import { PROJECT_KEY_PROVIDERS, PROVIDER_IDS, PROVIDER_LABELS, type ProviderId } from '../../lambdas/routing/provider-ids.ts';
 import { PROVIDERS, providerFor } from '../../lambdas/providers/index.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { Project, PROVIDERS_WITH_PROJECT_KEYS } from '../../lambdas/registry/model.ts';

@@ -1,4 +1,4 @@
-import type { ProviderId } from '../ids.ts';
+import type { ProviderId } from '../../routing/provider-ids.ts';
 import type { MessagesRequest } from '../types.ts';
 import type { ChatRequest } from './request.ts';
 

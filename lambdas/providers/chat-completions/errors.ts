@@ -1,7 +1,7 @@
 import OpenAI from 'openai';
 import { isTimeout } from '../../streaming/idle-timeout.ts';
 import { anthropicError, upstreamFailure, upstreamUnreachable } from '../errors.ts';
-import { PROVIDER_LABELS } from '../ids.ts';
+import { PROVIDER_LABELS } from '../../routing/provider-ids.ts';
 import type { AnthropicErrorBody, AnthropicErrorType, ProviderResult } from '../types.ts';
 import type { ChatProviderId } from './dialect.ts';
 

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type OpenAI from 'openai';
-import { TYPICAL_IMAGE_TOKENS } from '../../metering/image-tokens.ts';
+import { PROVIDER_LABELS } from '../../routing/provider-ids.ts';
+import { TYPICAL_IMAGE_TOKENS } from '../token-estimates.ts';
 import type { MessagesRequest } from '../types.ts';
 import type { Dialect } from './dialect.ts';
 import { TranslationError } from './errors.ts';
@@ -367,8 +368,6 @@ export interface TranslatedRequest {
   stopSequences: string[];
 }
 
-const LABELS = { openai: 'OpenAI', openrouter: 'OpenRouter' } as const;
-
 /** Fields that would change what the request does and have no Chat Completions equivalent. */
 const REFUSED_FIELDS: Record<string, string> = {
   mcp_servers: 'the MCP connector (mcp_servers)',
@@ -376,7 +375,7 @@ const REFUSED_FIELDS: Record<string, string> = {
 
 export function translateRequest(body: MessagesRequest, opts: { upstreamModel: string; dialect: Dialect; stream: boolean }): TranslatedRequest {
   const { dialect, upstreamModel } = opts;
-  const label = LABELS[dialect.id];
+  const label = PROVIDER_LABELS[dialect.id];
   for (const [field, what] of Object.entries(REFUSED_FIELDS)) {
     if (body[field] !== undefined && body[field] !== null) {
       throw new TranslationError(`${what} cannot be used with ${label}, which serves this model; use a Claude model for it`);

@@ -1,8 +1,8 @@
 import type OpenAI from 'openai';
-import { estimateProducedTokens } from '../../metering/usage.ts';
+import { PROVIDER_LABELS } from '../../routing/provider-ids.ts';
 import { readWithin } from '../../streaming/idle-timeout.ts';
 import { encodeSse } from '../../streaming/sse.ts';
-import { PROVIDER_LABELS } from '../ids.ts';
+import { estimateProducedTokens } from '../token-estimates.ts';
 import type { AnthropicErrorBody } from '../types.ts';
 import type { ChatProviderId } from './dialect.ts';
 import { streamFailure } from './errors.ts';

@@ -1,8 +1,9 @@
 /**
- * The providers' ids, the one list every other spelling derives from: the `ProviderId` type, the label map, the
- * registry of providers (providers/index.ts, a Record over these ids, so a new id without a provider does not
- * compile) and the project record's provider-key enum (registry/model.ts). No imports: the registry's schema reads
- * this file, and it must not pull the providers' code (SDKs, the translation) in with it.
+ * The providers' ids, the one list every other spelling derives from: the `ProviderId` type a route names, the label
+ * map, the registry of providers (providers/index.ts, a Record over these ids, so a new id without a provider does not
+ * compile) and the project record's provider-key enum (registry/model.ts). It lives with routing, the lowest folder
+ * that names providers, so that the registry's schema and the refusals can read it without the providers' code (SDKs,
+ * the translation, the project key they decrypt through the registry): no imports.
  */
 export const PROVIDER_IDS = ['anthropic', 'openai', 'openrouter'] as const;
 
