@@ -3,7 +3,7 @@ import type { Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
 import { meteredCall, type CallCharge } from '../metering/call.ts';
 import type { MessagesRequest } from '../providers/types.ts';
-import { messageOf } from '../refusals/anthropic.ts';
+import { messageOf } from '../refusals/describe.ts';
 import { isInvalidRequest, type Refusal } from '../refusals/refusal.ts';
 import { isClientTool, isHttpTool, isServerTool, type SessionOptions } from './options.ts';
 import { INTERRUPTED, MICROS_PER_USD, runResult, type ResultSubtype, type RunEvent, type RunResult, type RunState } from './result.ts';

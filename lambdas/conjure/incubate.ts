@@ -5,9 +5,9 @@ import type { Caller } from '../auth/claims.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';
 import { bearerToken } from '../http/router.ts';
 import { developerPlan } from '../plans/admission.ts';
-import { describeIssue } from '../proxy/schema.ts';
 import { conjureResponse } from '../refusals/conjure.ts';
-import { Refused, type Refusal } from '../refusals/refusal.ts';
+import { describeIssue, messageOf } from '../refusals/describe.ts';
+import { Refused } from '../refusals/refusal.ts';
 import { cancelVessel, ownedVessel } from '../vessels/cancel.ts';
 import { enqueueVessel, storedCallback, type EnqueueOutcome, type VesselRequest } from '../vessels/enqueue.ts';
 import { vesselView } from '../vessels/record.ts';
@@ -88,7 +88,7 @@ export async function handleBatch(req: Request): Promise<Response> {
       }
       entries[index] =
         outcome.kind === 'refused'
-          ? { index, idempotencyKey: key, status: 'failed', error: { code: outcome.refusal.kind, message: refusalText(outcome.refusal) } }
+          ? { index, idempotencyKey: key, status: 'failed', error: { code: outcome.refusal.kind, message: messageOf(outcome.refusal) } }
           : {
               index,
               idempotencyKey: key,
@@ -181,8 +181,6 @@ async function bearerCallerOrNone(req: Request): Promise<Caller | undefined> {
     throw err;
   }
 }
-
-const refusalText = (r: Refusal) => ('message' in r ? r.message : r.kind);
 
 /** An item's first problem under its path in the batch: "items.4.message: …", "items.5: Unrecognized key: …". */
 function itemProblem(index: number, error: z.ZodError): string {

@@ -4,9 +4,10 @@ import { countTokens, meteredCall } from '../metering/call.ts';
 import { accessRecord, timePhase } from '../observability/access-log.ts';
 import type { MessagesRequest, ProviderRequest } from '../providers/types.ts';
 import { anthropicRefusal } from '../refusals/anthropic.ts';
+import { describeIssue } from '../refusals/describe.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { proxyCaller } from './caller.ts';
-import { CountTokensBody, describeIssue, MessagesBody } from './schema.ts';
+import { CountTokensBody, MessagesBody } from './schema.ts';
 
 /**
  * POST /v1/messages and /v1/messages/count_tokens: the Request/Response mapping around the metered model call

@@ -33,11 +33,3 @@ export const MessagesBody = z.looseObject({
 });
 
 export const CountTokensBody = MessagesBody.omit({ max_tokens: true, stream: true });
-
-/** "messages.0.role: Invalid option…" — the first problem, naming the field. */
-export function describeIssue(error: z.ZodError): string {
-  const issue = error.issues[0];
-  if (!issue) return 'Invalid request body';
-  const path = issue.path.join('.');
-  return path && !issue.message.startsWith(path) ? `${path}: ${issue.message}` : issue.message;
-}

@@ -1,5 +1,6 @@
 import { anthropicError } from '../providers/errors.ts';
 import type { AnthropicErrorBody, AnthropicErrorType } from '../providers/types.ts';
+import { messageOf } from './describe.ts';
 import { statusOf, type Refusal } from './refusal.ts';
 
 /**
@@ -54,19 +55,5 @@ function retryHeaders(refusal: Refusal): Record<string, string> {
       return refusal.allow.length ? { allow: refusal.allow.join(', ') } : {};
     default:
       return {};
-  }
-}
-
-/** The refusal's words; the two plan refusals carry only figures, so their sentence is written here. */
-export function messageOf(refusal: Refusal): string {
-  switch (refusal.kind) {
-    case 'developer_budget_exhausted':
-      return `The developer's compute plan is used up for this month: ${refusal.used} of ${refusal.planSeconds + refusal.poolSeconds} seconds`;
-    case 'concurrent_limit_reached':
-      return `The developer's concurrency limit is reached: ${refusal.active} of ${refusal.max} runs are active`;
-    case 'upstream':
-      return refusal.body.error.message;
-    default:
-      return refusal.message;
   }
 }

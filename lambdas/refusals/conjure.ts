@@ -1,4 +1,4 @@
-import { messageOf } from './anthropic.ts';
+import { messageOf } from './describe.ts';
 import { statusOf, type Refusal } from './refusal.ts';
 
 /**

@@ -1,4 +1,5 @@
 import type { AnthropicErrorBody, ProviderId } from '../providers/types.ts';
+import { messageOf } from './describe.ts';
 
 /**
  * Every way the gateway says no, as data (docs/architecture.md, "Refusals"). The domain decides a refusal and
@@ -68,7 +69,7 @@ export interface LiveSession {
 /** A refusal on its way up through code that returns something else (the HTTP helpers, the router). */
 export class Refused extends Error {
   constructor(readonly refusal: Refusal) {
-    super('message' in refusal ? refusal.message : refusal.kind);
+    super(messageOf(refusal));
     this.name = 'Refused';
   }
 }

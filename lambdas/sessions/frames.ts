@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import type { RunEvent, RunResult } from '../agent/result.ts';
-import { describeIssue } from '../proxy/schema.ts';
 import { conjureRefusalParts } from '../refusals/conjure.ts';
+import { describeIssue } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 
 /**

@@ -5,7 +5,7 @@ import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { admitRun, withdrawAdmission, type RunAdmission } from '../plans/admission.ts';
 import { LEASE_TTL_MS } from '../plans/leases.ts';
-import { messageOf } from '../refusals/anthropic.ts';
+import { messageOf } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { endVessel } from './end.ts';
 import { endedWithoutRun, runOutput, type StoredVessel } from './record.ts';
