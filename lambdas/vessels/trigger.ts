@@ -1,7 +1,7 @@
 import * as z from 'zod';
+import { SCHEDULE_LEAD_SECONDS } from '../config/timing.ts';
 import { sqsQueueSender } from '../queues/sender.ts';
-import { delayUntil, needsSchedule } from '../scheduling/delay.ts';
-import { scheduler } from '../scheduling/scheduler.ts';
+import { deliverAt } from '../scheduling/delay.ts';
 import type { StoredVessel } from './record.ts';
 
 /**
@@ -23,20 +23,14 @@ export const RunMessage = z.object({
 });
 export type RunMessage = z.infer<typeof RunMessage>;
 
-/** A far schedule fires this long before the vessel is due; the last stretch is a precise queue delay. */
-export const SCHEDULE_LEAD_SECONDS = 60;
-
 /** The name of the schedule a vessel's trigger would use (unique per trigger; EventBridge allows 64 characters). */
 export const scheduleNameOf = (v: Pick<StoredVessel, 'vesselId' | 'driveId'>) => `vessel-${v.vesselId}-${v.driveId.slice(0, 8)}`;
 
 /** Sends the vessel's trigger for its due time: a (delayed) run message, or a schedule for a far one. */
 export async function triggerVessel(v: Pick<StoredVessel, 'vesselId' | 'driveId' | 'scheduledFor'>, now: Date): Promise<void> {
   const message: RunMessage = { vesselId: v.vesselId, driveId: v.driveId };
-  if (needsSchedule(v.scheduledFor, now)) {
-    await scheduler().schedule({ name: scheduleNameOf(v), at: new Date(v.scheduledFor - SCHEDULE_LEAD_SECONDS * 1000), body: JSON.stringify(message) });
-    return;
-  }
-  await sendRunMessage(message, delayUntil(v.scheduledFor, now));
+  // Rounded down: a message may come up to a second early, and the executor waits it out or puts it back.
+  await deliverAt({ queue: 'run', message, at: v.scheduledFor, now, scheduleName: scheduleNameOf(v), round: 'down', leadMs: SCHEDULE_LEAD_SECONDS * 1000 });
 }
 
 /** A run message, delivered after `delaySeconds` (whole seconds, at most SQS's 15 minutes: see `delayUntil`). */

@@ -1,7 +1,5 @@
 import * as z from 'zod';
-import { sqsQueueSender } from '../queues/sender.ts';
-import { delayUntil, needsSchedule } from '../scheduling/delay.ts';
-import { scheduler, isScheduleConflict } from '../scheduling/scheduler.ts';
+import { deliverAt } from '../scheduling/delay.ts';
 
 /**
  * The webhook queue's message: "make attempt N of round R of this vessel's delivery, not before T". Everything else —
@@ -26,15 +24,15 @@ const scheduleNameOf = (m: WebhookMessage) => `webhook-${m.vesselId}-${m.round}-
 
 /** Puts `message` on the webhook queue for its `notBefore` (now when absent). */
 export async function sendWebhookMessage(message: WebhookMessage, now: number = Date.now()): Promise<void> {
-  const due = message.notBefore ?? now;
-  if (needsSchedule(due, new Date(now))) {
-    try {
-      await scheduler().schedule({ name: scheduleNameOf(message), at: new Date(due), body: JSON.stringify(message), queue: 'webhook' });
-    } catch (err) {
-      if (!isScheduleConflict(err)) throw err; // already scheduled by an earlier hand-off of the same attempt
-    }
-    return;
-  }
-  // Rounded up: an attempt never comes before its time (a schedule, to the second, may: the sender puts it back).
-  await sqsQueueSender().send('webhook', message, { delaySeconds: delayUntil(due, new Date(now), 'up') });
+  // Rounded up: an attempt never comes before its time (a schedule, to the second, may: the sender puts it back). A
+  // schedule of the attempt's name is the one an earlier hand-off of the same attempt made.
+  await deliverAt({
+    queue: 'webhook',
+    message,
+    at: message.notBefore ?? now,
+    now: new Date(now),
+    scheduleName: scheduleNameOf(message),
+    round: 'up',
+    onConflict: 'ignore',
+  });
 }
