@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
+import { WAIT_OUT_MS } from '../config/timing.ts';
 import type { RunResult } from '../agent/result.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
@@ -13,6 +14,7 @@ import { isWaiting } from './states.ts';
 import { parkVessel, wakeParkedVessels } from './park.ts';
 import { getVessel, moveVessel } from './store.ts';
 import { delayUntil } from '../scheduling/delay.ts';
+import { putBackIfEarly } from '../scheduling/early.ts';
 import { RunMessage, sendRunMessage } from './trigger.ts';
 import { watchExecution } from './watch.ts';
 
@@ -29,8 +31,6 @@ import { watchExecution } from './watch.ts';
  *   cancel; the end is one conditional move to COMPLETED, FAILED or CANCELED (only by this execution).
  */
 
-/** An early message closer than this to its time is waited out in the executor instead of being put back. */
-const WAIT_OUT_MS = 1_500;
 /** Back-off while the user's budget is held: 1 s, doubling per wait, at most 30 s, jittered between half and all of it. */
 const BACKOFF_MAX_SECONDS = 30;
 /** Tries at writing a run's end before the message is failed (and the reconciler takes over). */
@@ -53,13 +53,8 @@ export async function processRunMessage(body: unknown): Promise<void> {
   const vessel = await getVessel(message.vesselId);
   if (!vessel || vessel.driveId !== message.driveId || !isWaiting(vessel.status)) return;
 
-  const early = vessel.scheduledFor - Date.now();
-  if (early > WAIT_OUT_MS) {
-    await sendRunMessage(message, delayUntil(vessel.scheduledFor, new Date()));
-    return;
-  }
-  // A timer may fire a millisecond early (Node rounds its delays): wait until the due time has really come.
-  while (Date.now() < vessel.scheduledFor) await sleep(vessel.scheduledFor - Date.now());
+  const putBack = () => sendRunMessage(message, delayUntil(vessel.scheduledFor, new Date()));
+  if (await putBackIfEarly({ due: vessel.scheduledFor, now: Date.now(), putBack, waitOutMs: WAIT_OUT_MS })) return;
 
   const now = new Date();
   const admission = await admitRun(vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, now);

@@ -3,6 +3,7 @@ import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { sqsQueueSender } from '../queues/sender.ts';
 import { keyCipher } from '../registry/key-cipher.ts';
+import { putBackIfEarly } from '../scheduling/early.ts';
 import type { StoredVessel } from '../vessels/record.ts';
 import { VesselStates } from '../vessels/states.ts';
 import { getVessel } from '../vessels/store.ts';
@@ -33,10 +34,8 @@ export async function processWebhookMessage(body: unknown, _record?: unknown, cl
   }
   const m = parsed.data;
   const now = clock();
-  if (m.notBefore !== undefined && m.notBefore > now) {
-    await sendWebhookMessage(m, now); // early (a schedule fires to the second): back for the rest of the wait
-    return;
-  }
+  // Early (a schedule fires to the second): back for the rest of the wait.
+  if (await putBackIfEarly({ due: m.notBefore, now, putBack: () => sendWebhookMessage(m, now) })) return;
   const vessel = await getVessel(m.vesselId);
   if (!vessel?.callback || !VesselStates.isTerminal(vessel.status)) return;
   const w = vessel.webhook;
