@@ -2,14 +2,14 @@
  * The providers' ids, the one list every other spelling derives from: the `ProviderId` type a route names, the label
  * map, the registry of providers (providers/index.ts, a Record over these ids, so a new id without a provider does not
  * compile) and the project record's provider-key enum (registry/model.ts). It lives with routing, the lowest folder
- * that names providers, so that the registry's schema and the refusals can read it without the providers' code (SDKs,
- * the translation, the project key they decrypt through the registry): no imports.
+ * that names providers, so that the registry's schema can read it without the providers' code (SDKs, the translation,
+ * the project key they decrypt through the registry): no imports.
  */
 export const PROVIDER_IDS = ['anthropic', 'openai', 'openrouter'] as const;
 
 export type ProviderId = (typeof PROVIDER_IDS)[number];
 
-/** How messages name each provider. */
+/** How messages name each provider: the one spelling of each label, which every message reads. */
 export const PROVIDER_LABELS: Record<ProviderId, string> = { anthropic: 'Anthropic', openai: 'OpenAI', openrouter: 'OpenRouter' };
 
 /**
