@@ -1,6 +1,6 @@
 import { accessRecord } from '../observability/access-log.ts';
 import { projectSecret } from '../registry/project-cache.ts';
-import { Refused } from '../refusals/refusal.ts';
+import { Refused, type Refusal } from '../refusals/refusal.ts';
 import type { Caller } from './claims.ts';
 import { TokenError, verifyToken } from './tokens.ts';
 
@@ -23,7 +23,7 @@ export async function authenticate(token: string | undefined, opts: { missingHin
   }
 }
 
-/** A refusal for a token whose project vanished between verification and use. */
-export function unknownIssuer(): Refused {
-  return new Refused({ kind: 'token', code: 'token_invalid', message: 'Token issuer is not a known project' });
+/** The refusal of a token whose project vanished between verification and use. */
+export function unknownIssuer(): Refusal {
+  return { kind: 'token', code: 'token_invalid', message: 'Token issuer is not a known project' };
 }

@@ -5,7 +5,6 @@ import type { Caller } from '../auth/claims.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';
 import { bearerToken } from '../http/router.ts';
 import { developerPlan } from '../plans/admission.ts';
-import { conjureResponse } from '../refusals/conjure.ts';
 import { describeIssue, messageOf } from '../refusals/describe.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { cancelVessel, ownedVessel } from '../vessels/cancel.ts';
@@ -22,7 +21,6 @@ import { BatchBody, BatchItem, dueTime, IncubateBody, MAX_BATCH_ITEMS } from '..
 export async function handleIncubate(req: Request): Promise<Response> {
   const json = parseJsonBody(await readBodyText(req));
   const caller = await bodyCaller(json);
-  if (caller instanceof Response) return caller;
   if (isObject(json) && json.idempotencyKey === undefined) {
     throw new Refused({
       kind: 'missing_idempotency_key',
@@ -34,10 +32,10 @@ export async function handleIncubate(req: Request): Promise<Response> {
   const { message, idempotencyKey, options, callback, ttl, executeAt } = parsed.data;
   const request = await vesselRequest(caller, { options, callback, ttl, executeAt });
   const outcome = await enqueueVessel(request, { message, idempotencyKey });
-  if (outcome.kind === 'refused') throw new Refused(outcome.refusal);
+  if (!outcome.ok) throw new Refused(outcome.refusal);
   return Response.json(outcome.response, {
-    status: outcome.kind === 'queued' ? 202 : 200,
-    headers: outcome.kind === 'replayed' ? { 'idempotent-replayed': 'true' } : {},
+    status: outcome.replayed ? 200 : 202,
+    headers: outcome.replayed ? { 'idempotent-replayed': 'true' } : {},
   });
 }
 
@@ -55,7 +53,6 @@ const BATCH_CONCURRENCY = 10;
 export async function handleBatch(req: Request): Promise<Response> {
   const json = parseJsonBody(await readBodyText(req));
   const caller = await bodyCaller(json);
-  if (caller instanceof Response) return caller;
   if (isObject(json) && Array.isArray(json.items) && json.items.length > MAX_BATCH_ITEMS) {
     throw new Refused({ kind: 'invalid_request', message: `items: at most ${MAX_BATCH_ITEMS} items per batch, got ${json.items.length}` });
   }
@@ -82,21 +79,20 @@ export async function handleBatch(req: Request): Promise<Response> {
         outcome = await enqueueVessel(request, item.data);
       } catch {
         outcome = {
-          kind: 'refused',
+          ok: false,
           refusal: { kind: 'trigger_failed', message: 'The gateway could not store this vessel; retry it with the same idempotencyKey' },
         };
       }
-      entries[index] =
-        outcome.kind === 'refused'
-          ? { index, idempotencyKey: key, status: 'failed', error: { code: outcome.refusal.kind, message: messageOf(outcome.refusal) } }
-          : {
-              index,
-              idempotencyKey: key,
-              status: 'queued',
-              vesselId: outcome.response.vesselId,
-              scheduledFor: outcome.response.scheduledFor,
-              ...(outcome.kind === 'replayed' ? { replayed: true as const } : {}),
-            };
+      entries[index] = !outcome.ok
+        ? { index, idempotencyKey: key, status: 'failed', error: { code: outcome.refusal.kind, message: messageOf(outcome.refusal) } }
+        : {
+            index,
+            idempotencyKey: key,
+            status: 'queued',
+            vesselId: outcome.response.vesselId,
+            scheduledFor: outcome.response.scheduledFor,
+            ...(outcome.replayed ? { replayed: true as const } : {}),
+          };
     });
   });
   for (let i = 0; i < work.length; i += BATCH_CONCURRENCY) await Promise.all(work.slice(i, i + BATCH_CONCURRENCY).map((w) => w()));
@@ -115,17 +111,17 @@ export async function handleBatch(req: Request): Promise<Response> {
 /** GET /incubate/vessel/{vesselId} → the vessel status record, for a token of its project and user; else 404. */
 export async function handleStatus(req: Request, params: Record<string, string>): Promise<Response> {
   const owned = await ownedVessel(await bearerCallerOrNone(req), params.vesselId ?? '');
-  if ('kind' in owned) throw new Refused(owned);
-  return Response.json(vesselView(owned));
+  if (!owned.ok) throw new Refused(owned.refusal);
+  return Response.json(vesselView(owned.vessel));
 }
 
 /** POST /incubate/vessel/{vesselId}/cancel → 200 with the record; an ended vessel → 409 with its status. */
 export async function handleCancel(req: Request, params: Record<string, string>): Promise<Response> {
   const owned = await ownedVessel(await bearerCallerOrNone(req), params.vesselId ?? '');
-  if ('kind' in owned) throw new Refused(owned);
-  const canceled = await cancelVessel(owned);
-  if ('kind' in canceled) throw new Refused(canceled);
-  return Response.json(vesselView(canceled));
+  if (!owned.ok) throw new Refused(owned.refusal);
+  const canceled = await cancelVessel(owned.vessel);
+  if (!canceled.ok) throw new Refused(canceled.refusal);
+  return Response.json(vesselView(canceled.vessel));
 }
 
 /** What every vessel of a request shares: checked options, due time, the developer's plan, the stored callback. */
@@ -155,19 +151,15 @@ async function vesselRequest(
 
 /**
  * The token of a queue request (`options.token`), checked first: a request without a valid one learns nothing about
- * what else is wrong with it. The interface's /incubate bodies: `{error:"token_expired"}` for an expired token,
- * `{error:"invalid_token", message}` for any other failure.
+ * what else is wrong with it. Its refusal is `coded`: the interface's /incubate bodies name the failure
+ * (`{error:"token_expired"}`, `{error:"invalid_token", message}`), which the renderer writes.
  */
-async function bodyCaller(json: unknown): Promise<Caller | Response> {
+async function bodyCaller(json: unknown): Promise<Caller> {
   const token = isObject(json) && isObject(json.options) ? json.options.token : undefined;
   try {
     return await authenticate(typeof token === 'string' ? token : undefined, { missingHint: ': send it in options.token' });
   } catch (err) {
-    if (err instanceof Refused && err.refusal.kind === 'token') {
-      return err.refusal.code === 'token_expired'
-        ? conjureResponse(401, { error: 'token_expired' })
-        : conjureResponse(401, { error: 'invalid_token', message: err.refusal.message });
-    }
+    if (err instanceof Refused && err.refusal.kind === 'token') throw new Refused({ ...err.refusal, coded: true });
     throw err;
   }
 }

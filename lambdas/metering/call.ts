@@ -13,7 +13,7 @@ import { PROVIDERS } from '../providers/index.ts';
 import { PROVIDER_LABELS, type MessagesRequest, type Provider, type ProviderRequest, type ProviderResult } from '../providers/types.ts';
 import type { Project } from '../registry/model.ts';
 import { cachedProject } from '../registry/project-cache.ts';
-import type { Refusal } from '../refusals/refusal.ts';
+import type { Refusable, Refusing } from '../refusals/refusal.ts';
 import { routeModel, type Route } from '../routing/route.ts';
 import { isTimeout, readWithin } from '../streaming/idle-timeout.ts';
 import { encodeSse } from '../streaming/sse.ts';
@@ -65,7 +65,7 @@ export interface CallCharge {
 
 export type ModelCall =
   /** `charge`: what a call that failed after its reservation was still charged (an aborted call's input bound). */
-  | { ok: false; refusal: Refusal; clampedMaxTokens?: number; charge?: CallCharge }
+  | (Refusing & { clampedMaxTokens?: number; charge?: CallCharge })
   /**
    * `charge` is known before it is settled; `settle` writes it (once, however often it is called). It is work the
    * invocation finishes before it returns (instance/unfinished.ts): a caller that does not start it — the proxy
@@ -94,11 +94,11 @@ interface ResolvedModel {
  * The provider for a model name and the credential it is called with. A project key that seems missing, or a price
  * that seems unknown, is read once more (rate-limited per project) before refusing: the owner may have just set it.
  */
-async function resolveModel(caller: Caller, model: string): Promise<ResolvedModel | Refusal> {
+async function resolveModel(caller: Caller, model: string): Promise<Refusable<{ resolved: ResolvedModel }>> {
   const route = routeModel(model);
   const provider = PROVIDERS[route.provider];
   let project = await cachedProject(caller.projectId);
-  if (!project) return unknownIssuer().refusal;
+  if (!project) return { ok: false, refusal: unknownIssuer() };
   let apiKey = await provider.credential(project);
   if (!apiKey && provider.usesProjectKey) {
     project = (await cachedProject(caller.projectId, { refresh: true })) ?? project;
@@ -107,25 +107,31 @@ async function resolveModel(caller: Caller, model: string): Promise<ResolvedMode
   if (!apiKey) {
     const label = PROVIDER_LABELS[route.provider];
     return {
-      kind: 'missing_provider_key',
-      model,
-      provider: route.provider,
-      projectId: project.projectId,
-      message: `Model "${model}" routes to ${label}, but project ${project.projectId} has no ${label} API key (${route.provider}); the project owner sets it with "gateway project set-provider-key --provider ${route.provider}"`,
+      ok: false,
+      refusal: {
+        kind: 'missing_provider_key',
+        model,
+        provider: route.provider,
+        projectId: project.projectId,
+        message: `Model "${model}" routes to ${label}, but project ${project.projectId} has no ${label} API key (${route.provider}); the project owner sets it with "gateway project set-provider-key --provider ${route.provider}"`,
+      },
     };
   }
-  return { route, provider, project, apiKey };
+  return { ok: true, resolved: { route, provider, project, apiKey } };
 }
 
-async function requirePricing(resolved: ResolvedModel, model: string): Promise<ModelPricing | Refusal> {
+async function requirePricing(resolved: ResolvedModel, model: string): Promise<Refusable<{ pricing: ModelPricing }>> {
   const pricing =
     pricingFor(resolved.project, model, resolved.route) ??
     pricingFor((await cachedProject(resolved.project.projectId, { refresh: true })) ?? resolved.project, model, resolved.route);
-  if (pricing) return pricing;
+  if (pricing) return { ok: true, pricing };
   return {
-    kind: 'unpriced_model',
-    model,
-    message: `Model "${model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${model}"`,
+    ok: false,
+    refusal: {
+      kind: 'unpriced_model',
+      model,
+      message: `Model "${model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${model}"`,
+    },
   };
 }
 
@@ -147,17 +153,19 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   const { caller, body } = input;
   const log = accessRecord();
   let phaseStart = performance.now();
-  const resolved = await resolveModel(caller, body.model);
+  const routed = await resolveModel(caller, body.model);
   timePhase(log, 'project', phaseStart);
-  if ('kind' in resolved) return { ok: false, refusal: resolved };
+  if (!routed.ok) return routed;
+  const { resolved } = routed;
   phaseStart = performance.now();
-  const pricing = await requirePricing(resolved, body.model);
+  const priced = await requirePricing(resolved, body.model);
   timePhase(log, 'pricing', phaseStart);
-  if ('kind' in pricing) return { ok: false, refusal: pricing };
+  if (!priced.ok) return priced;
+  const { pricing } = priced;
   phaseStart = performance.now();
   const reservedCall = await reserveCall(caller, pricing, body, input.now, input.capMicros);
   timePhase(log, 'reservation', phaseStart);
-  if (!reservedCall.ok) return { ok: false, refusal: reservedCall.refusal };
+  if (!reservedCall.ok) return reservedCall;
   const { reserved } = reservedCall;
   const { reservation } = reserved;
   const clampedMaxTokens = reserved.clampedMaxTokens;
@@ -381,11 +389,10 @@ function closeQuietly(controller: ReadableStreamDefaultController<Uint8Array>): 
 }
 
 /** count_tokens through the model's provider: no money is involved, but the routing and credential are the same. */
-export async function countTokens(
-  input: Omit<ModelCallInput, 'signal' | 'now'>,
-): Promise<{ ok: true; inputTokens: number; estimated: boolean } | { ok: false; refusal: Refusal }> {
-  const resolved = await resolveModel(input.caller, input.body.model);
-  if ('kind' in resolved) return { ok: false, refusal: resolved };
+export async function countTokens(input: Omit<ModelCallInput, 'signal' | 'now'>): Promise<Refusable<{ inputTokens: number; estimated: boolean }>> {
+  const routed = await resolveModel(input.caller, input.body.model);
+  if (!routed.ok) return routed;
+  const { resolved } = routed;
   const result = await resolved.provider.countTokens(
     providerRequest(resolved, input, input.body, input.rawBody ?? JSON.stringify(input.body), new AbortController().signal),
   );

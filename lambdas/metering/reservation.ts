@@ -3,7 +3,7 @@ import { budgetFigures, reserve, secondsToReset, type Reservation, type WindowUs
 import { windowEnd } from '../budgets/windows.ts';
 import type { ModelPricing } from '../pricing/prices.ts';
 import type { MessagesRequest } from '../providers/types.ts';
-import type { Refusal } from '../refusals/refusal.ts';
+import type { Refusable, Refusal } from '../refusals/refusal.ts';
 import { estimateInputTokens } from './estimate.ts';
 
 /**
@@ -104,7 +104,7 @@ export async function reserveCall(
   clientBody: MessagesRequest,
   now = new Date(),
   capMicros?: number,
-): Promise<{ ok: true; reserved: ReservedCall } | { ok: false; refusal: Refusal }> {
+): Promise<Refusable<{ reserved: ReservedCall }>> {
   const bounded = boundedTools(clientBody, pricing);
   // The body as it will be forwarded (a `max_uses` the gateway adds is input too); only max_tokens may change later.
   const forwarded = bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody;

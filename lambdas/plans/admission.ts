@@ -1,7 +1,7 @@
 import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
 import { budgetFigures, readUsage, reserve, secondsToReset, settle, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
-import type { Refusal } from '../refusals/refusal.ts';
+import type { Refusable, Refusal } from '../refusals/refusal.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import type { Developer } from '../registry/model.ts';
 import { getDeveloper } from '../registry/registry.ts';
@@ -21,9 +21,13 @@ import { tierFor, type Tier } from './tiers.ts';
  * The run holds the lease while it lives (`keepLeaseAlive`), releases it when it ends (`releaseLease`), and settles
  * the compute reservation with the seconds it used, which charges the developer's month too (budgets/ledger.ts).
  */
-export type RunAdmission =
-  | { ok: true; lease: Lease; tier: Tier; developerId: string; compute?: { reservation: Reservation; seconds: number } }
-  | { ok: false; refusal: Refusal };
+export type RunAdmission = Refusable<{ lease: Lease; tier: Tier; developerId: string; compute?: RunCompute }>;
+
+/** The run's compute held in the user's budget: `seconds` is the run's deadline. */
+interface RunCompute {
+  reservation: Reservation;
+  seconds: number;
+}
 
 export async function admitRun(caller: Caller, run: { sessionId: string; kind: RunKind; maxSeconds?: number }, now = new Date()): Promise<RunAdmission> {
   const plan = await developerPlan(caller, now);
@@ -34,21 +38,21 @@ export async function admitRun(caller: Caller, run: { sessionId: string; kind: R
   const acquired = await acquireLease(developer.developerId, holder, tier.maxConcurrency, now);
   if (!acquired.ok) return { ok: false, refusal: concurrencyRefusal(acquired.live, acquired.max) };
   if (run.maxSeconds === undefined) return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId };
-  const compute = await reserveRunCompute(caller, developer.developerId, run.maxSeconds, now);
-  if ('kind' in compute) {
+  const reserved = await reserveRunCompute(caller, developer.developerId, run.maxSeconds, now);
+  if (!reserved.ok) {
     await releaseLease(acquired.lease);
-    return { ok: false, refusal: compute };
+    return reserved;
   }
-  return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId, compute };
+  return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId, compute: reserved.compute };
 }
 
 /**
  * Step 1 alone: the caller's project and its developer, refused when the developer's month of compute is spent.
  * `/incubate` checks it at enqueue (a vessel that could not run is refused at once, with the same 402).
  */
-export async function developerPlan(caller: Caller, now = new Date()): Promise<{ ok: true; developer: Developer } | { ok: false; refusal: Refusal }> {
+export async function developerPlan(caller: Caller, now = new Date()): Promise<Refusable<{ developer: Developer }>> {
   const project = await cachedProject(caller.projectId);
-  if (!project) return { ok: false, refusal: unknownIssuer().refusal };
+  if (!project) return { ok: false, refusal: unknownIssuer() };
   const [developer, used] = await Promise.all([getDeveloper(project.developerId), developerComputeUsed(project.developerId, now)]);
   // A project always names an existing developer (the registry refuses otherwise): a missing one is broken data.
   if (!developer) throw new Error(`Developer ${project.developerId} of project ${project.projectId} does not exist`);
@@ -66,12 +70,7 @@ export async function withdrawAdmission(admission: Extract<RunAdmission, { ok: t
  * Reserves the run's compute: what remains of the user's compute budget, up to `maxSeconds` (a held amount the run
  * must not outlive). Refused when either meter is spent — an AI budget with nothing left cannot pay for a turn.
  */
-async function reserveRunCompute(
-  caller: Caller,
-  developerId: string,
-  maxSeconds: number,
-  now: Date,
-): Promise<{ reservation: Reservation; seconds: number } | Refusal> {
+async function reserveRunCompute(caller: Caller, developerId: string, maxSeconds: number, now: Date): Promise<Refusable<{ compute: RunCompute }>> {
   let usage = await readUsage(caller, now);
   for (let attempt = 0; attempt < 3; attempt++) {
     const figures = budgetFigures(caller, usage);
@@ -79,10 +78,10 @@ async function reserveRunCompute(
     const seconds = Math.min(figures.compute.remaining, maxSeconds);
     // The hold names the developer: its seconds go to their month when it is settled, by the run or by the sweep.
     const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: ['compute', 'ai'], now, developerId });
-    if (held.ok) return { reservation: held.reservation, seconds };
+    if (held.ok) return { ok: true, compute: { reservation: held.reservation, seconds } };
     usage = held.usage;
   }
-  return userBudgetRefusal(caller, usage, now);
+  return { ok: false, refusal: userBudgetRefusal(caller, usage, now) };
 }
 
 /**

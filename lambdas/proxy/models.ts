@@ -36,7 +36,7 @@ function catalogModels(): ModelInfo[] {
 async function modelsFor(req: Request): Promise<ModelInfo[]> {
   const caller = await proxyCaller(req);
   const project = await cachedProject(caller.projectId);
-  if (!project) throw unknownIssuer();
+  if (!project) throw new Refused(unknownIssuer());
   const custom = Object.keys(project.pricing).map((id) => ({ type: 'model' as const, id, display_name: id, created_at: EPOCH }));
   const seen = new Set<string>();
   return [...custom, ...catalogModels()].filter((m) => !seen.has(m.id) && seen.add(m.id) && servable(project, m.id));

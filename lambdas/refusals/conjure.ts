@@ -2,9 +2,10 @@ import { messageOf } from './describe.ts';
 import { statusOf, type Refusal } from './refusal.ts';
 
 /**
- * Refusals in the conjure envelope (`/usage`, `/prompt`, `/incubate`…): `{error: <code>, message?, …figures}` with the
- * bodies the interface lists (docs/api.md, "Errors"). The code is the refusal's kind, except where the interface
- * names another, and token failures, whose body is `{error: <what is wrong>}` as the interface shows for /prompt.
+ * Refusals in the conjure envelope (`/usage`, `/prompt`, `/incubate`, `/ws`): `{error: <code>, message?, …figures}`
+ * with the bodies the interface lists (docs/api.md, "Errors"). The code is the refusal's kind, except where the
+ * interface names another, and token failures, whose body is `{error: <what is wrong>}` as the interface shows for
+ * /prompt — or, for a `coded` one, `{error: "token_expired"}` and `{error: "invalid_token", message}` as /incubate's.
  */
 export function conjureRefusal(refusal: Refusal): Response {
   const { status, body, headers } = conjureRefusalParts(refusal);
@@ -12,15 +13,16 @@ export function conjureRefusal(refusal: Refusal): Response {
 }
 
 /**
- * A refusal's status, body and headers in the conjure envelope: rendered as a Response above, and as an `error`
- * frame by /ws (lambdas/sessions/frames.ts), which carries the same body.
+ * A refusal's status, body and headers in the conjure envelope: rendered as a Response above, as /ws's `error` frame
+ * below, and as the refused `$connect` of /ws (lambdas/sessions/socket.ts), which has no Response to give.
  */
 export function conjureRefusalParts(refusal: Refusal): { status: number; body: Record<string, unknown>; headers: Record<string, string> } {
   const status = statusOf(refusal);
   const parts = (body: Record<string, unknown>, headers: Record<string, string> = {}) => ({ status, body, headers });
   switch (refusal.kind) {
     case 'token':
-      return parts({ error: refusal.message });
+      if (!refusal.coded) return parts({ error: refusal.message });
+      return parts(refusal.code === 'token_expired' ? { error: 'token_expired' } : { error: 'invalid_token', message: refusal.message });
     case 'budget_exhausted':
     case 'budget_held':
       return parts(
@@ -48,6 +50,19 @@ export function conjureRefusalParts(refusal: Refusal): { status: number; body: R
     default:
       return parts({ error: refusal.kind, message: refusal.message });
   }
+}
+
+/** A /ws `error` frame (docs/ws.md, "Errors"). */
+export type RefusalFrame = { type: 'error'; error: string } & Record<string, unknown>;
+
+/**
+ * A refusal as a /ws `error` frame: the body /prompt would answer with, plus `type: "error"`. `status`: the frame
+ * also carries the HTTP status it stands for, as the refusals of a turn's admission do (docs/ws.md, "Admission
+ * refusals"); a refused frame does not.
+ */
+export function conjureRefusalFrame(refusal: Refusal, opts: { status?: boolean } = {}): RefusalFrame {
+  const { status, body } = conjureRefusalParts(refusal);
+  return opts.status ? { type: 'error', error: String(body.error), ...body, status } : { type: 'error', error: String(body.error), ...body };
 }
 
 /** A conjure JSON answer with a status; also the 500 of the gateway's own failures. */

@@ -14,8 +14,11 @@ export type Refusal =
   | { kind: 'not_found'; message: string }
   /** `allow`: the methods the path does support (RFC 9110 requires them on a 405). */
   | { kind: 'method_not_allowed'; message: string; allow: string[] }
-  /** The token is missing, malformed, forged, expired, or names no project: 401. */
-  | { kind: 'token'; code: TokenRefusalCode; message: string }
+  /**
+   * The token is missing, malformed, forged, expired, or names no project: 401. `coded`: the surface names the
+   * failure by a code rather than in words, as /incubate's interface does for `options.token` (docs/incubate.md).
+   */
+  | { kind: 'token'; code: TokenRefusalCode; message: string; coded?: true }
   /**
    * The user's budget cannot admit the request: spent, or too low for even its smallest form. Only the window's
    * reset frees room (`retryAfterSeconds` until it; none for a lifetime window).
@@ -66,17 +69,23 @@ export interface LiveSession {
   ageMs: number;
 }
 
+/**
+ * What a step that may refuse returns: its value with `ok: true`, or `{ok: false, refusal}` — the one shape of a
+ * refusal on its way up (docs/architecture.md, "Refusals"). The caller tests `ok` and can hand a refusal on as it is
+ * (`if (!x.ok) return x`); nothing tests a value for being a refusal by its fields.
+ */
+export type Refusable<T extends object> = ({ ok: true } & T) | Refusing;
+export interface Refusing {
+  ok: false;
+  refusal: Refusal;
+}
+
 /** A refusal on its way up through code that returns something else (the HTTP helpers, the router). */
 export class Refused extends Error {
   constructor(readonly refusal: Refusal) {
     super(messageOf(refusal));
     this.name = 'Refused';
   }
-}
-
-/** Throws the refusal; for code paths whose result type has no room for one. */
-export function refuse(refusal: Refusal): never {
-  throw new Refused(refusal);
 }
 
 /** The HTTP status of a refusal, the same on every surface. */

@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import type { RunEvent, RunResult } from '../agent/result.ts';
-import { conjureRefusalParts } from '../refusals/conjure.ts';
+import { conjureRefusalFrame } from '../refusals/conjure.ts';
 import { describeIssue } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 
@@ -166,8 +166,7 @@ export function errorFrame(error: SessionErrorCode, message: string, extra: Reco
 
 /** A refusal as an `error` frame: the body /prompt answers with, and its HTTP status beside it. */
 export function refusalFrame(refusal: Refusal): ServerFrame {
-  const { status, body } = conjureRefusalParts(refusal);
-  return { type: 'error', error: String(body.error), ...body, status };
+  return conjureRefusalFrame(refusal, { status: true });
 }
 
 /** A run's event as a frame: text deltas, and the gateway's own tool calls (which the client must not answer). */

@@ -13,7 +13,7 @@ import { toolResultProblem } from '../providers/chat-completions/request.ts';
 import { PROVIDER_LABELS } from '../routing/provider-ids.ts';
 import { sqsQueueSender, type QueueSender } from '../queues/sender.ts';
 import { routeModel } from '../routing/route.ts';
-import { conjureRefusalParts } from '../refusals/conjure.ts';
+import { conjureRefusalFrame, conjureRefusalParts } from '../refusals/conjure.ts';
 import { describeIssue } from '../refusals/describe.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { encodeFrame, errorFrame, parseClientFrame, type ClientFrame, type ServerFrame } from './frames.ts';
@@ -131,10 +131,7 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
     await handleFrame(parsed.frame, ctx);
   } catch (err) {
     if (err instanceof SessionTooLarge) return reply(errorFrame('session_too_large', err.message));
-    if (err instanceof Refused) {
-      const { body } = conjureRefusalParts(err.refusal);
-      return reply({ type: 'error', error: String(body.error), ...body });
-    }
+    if (err instanceof Refused) return reply(conjureRefusalFrame(err.refusal));
     logger.error('a /ws frame failed', { error: err as Error, connectionId: event.connectionId, frameType: parsed.frame.type });
     await reply(errorFrame('internal_error', 'The gateway failed to handle this frame'));
   }

@@ -1,22 +1,22 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Caller } from '../auth/claims.ts';
+import { CANCEL_POLL_MS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
-import type { Refusal } from '../refusals/refusal.ts';
+import type { Refusable, Refusal } from '../refusals/refusal.ts';
 import { scheduler } from '../scheduling/scheduler.ts';
 import { endVessel } from './end.ts';
 import { endedWithoutRun, type StoredVessel } from './record.ts';
 import { isWaiting, VesselStates } from './states.ts';
 import { getVessel, touchVessel } from './store.ts';
-import { CANCEL_POLL_MS } from './watch.ts';
 
 /**
  * Who may see or cancel a vessel: a token of the project and the user that queued it. Anyone else is told it does
  * not exist, exactly as for an unknown id (no existence leak across projects or users).
  */
-export async function ownedVessel(caller: Caller | undefined, vesselId: string): Promise<StoredVessel | Refusal> {
+export async function ownedVessel(caller: Caller | undefined, vesselId: string): Promise<Refusable<{ vessel: StoredVessel }>> {
   const v = caller && vesselId.length <= 128 ? await getVessel(vesselId) : undefined;
-  if (!v || !caller || v.projectId !== caller.projectId || v.userId !== caller.userId) return vesselNotFound(vesselId);
-  return v;
+  if (!v || !caller || v.projectId !== caller.projectId || v.userId !== caller.userId) return { ok: false, refusal: vesselNotFound(vesselId) };
+  return { ok: true, vessel: v };
 }
 
 export const vesselNotFound = (vesselId: string): Refusal => ({
@@ -32,28 +32,31 @@ const CANCEL_WAIT_MS = 5_000;
  * EXECUTING → a cancel request the run sees within CANCEL_POLL_MS, aborting the model call in flight, then CANCELED
  * (answered once that happened, or after CANCEL_WAIT_MS with `cancelRequested`); ended → 409 with its status.
  */
-export async function cancelVessel(v: StoredVessel): Promise<StoredVessel | Refusal> {
+export async function cancelVessel(v: StoredVessel): Promise<Refusable<{ vessel: StoredVessel }>> {
   for (let attempt = 0; attempt < 3; attempt++) {
     const now = new Date();
     if (VesselStates.isTerminal(v.status)) {
       return {
-        kind: 'vessel_not_cancelable',
-        status: v.status,
-        message: `Vessel ${v.vesselId} has already ended (${v.status}); only a waiting or executing vessel can be canceled`,
+        ok: false,
+        refusal: {
+          kind: 'vessel_not_cancelable',
+          status: v.status,
+          message: `Vessel ${v.vesselId} has already ended (${v.status}); only a waiting or executing vessel can be canceled`,
+        },
       };
     }
     if (isWaiting(v.status)) {
       const ended = await endVessel(v, { to: 'CANCELED', from: v.status, output: endedWithoutRun('canceled', 'The vessel was canceled before it ran'), now });
       if (ended) {
         if (v.scheduleName) await removeSchedule(v.scheduleName);
-        return ended;
+        return { ok: true, vessel: ended };
       }
     } else {
       const requested = await touchVessel(v.vesselId, { status: 'EXECUTING', set: { cancelRequested: true }, now });
-      if (requested.ok) return awaitEnd(requested.vessel);
+      if (requested.ok) return { ok: true, vessel: await awaitEnd(requested.vessel) };
     }
     const again = await getVessel(v.vesselId);
-    if (!again) return vesselNotFound(v.vesselId);
+    if (!again) return { ok: false, refusal: vesselNotFound(v.vesselId) };
     v = again;
   }
   throw new Error(`Vessel ${v.vesselId} kept changing while it was being canceled`);

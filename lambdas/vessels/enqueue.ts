@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { RunOptions } from '../agent/options.ts';
 import type { Caller } from '../auth/claims.ts';
 import { logger } from '../observability/logger.ts';
-import type { Refusal } from '../refusals/refusal.ts';
+import type { Refusable } from '../refusals/refusal.ts';
 import { keyCipher } from '../registry/key-cipher.ts';
 import { queueResponse, vesselKey, type QueueResponse, type StoredCallback, type StoredVessel } from './record.ts';
 import { fingerprint, type Callback } from './request.ts';
@@ -34,10 +34,8 @@ export interface VesselRequest {
   due: Date;
 }
 
-export type EnqueueOutcome =
-  | { kind: 'queued'; response: QueueResponse }
-  | { kind: 'replayed'; response: QueueResponse }
-  | { kind: 'refused'; refusal: Refusal };
+/** A vessel accepted (`replayed`: the key's earlier vessel, answered again), or the refusal. */
+export type EnqueueOutcome = Refusable<{ replayed: boolean; response: QueueResponse }>;
 
 /** The callback to store: the URL, and the secret encrypted for the project (never stored or logged in clear). */
 export async function storedCallback(caller: Caller, callback: Callback | undefined): Promise<StoredCallback | undefined> {
@@ -91,7 +89,7 @@ export async function enqueueVessel(request: VesselRequest, item: { message: str
       const { existing } = created;
       if (existing.fingerprint !== print) {
         return {
-          kind: 'refused',
+          ok: false,
           refusal: {
             kind: 'idempotency_key_conflict',
             // Never the other vessel's id: the key may be another user's (docs/incubate.md, "Idempotency").
@@ -100,7 +98,7 @@ export async function enqueueVessel(request: VesselRequest, item: { message: str
         };
       }
       const original = await getVessel(existing.vesselId);
-      if (original) return { kind: 'replayed', response: queueResponse(original) };
+      if (original) return { ok: true, replayed: true, response: queueResponse(original) };
       // The key outlived its vessel (a vessel undone by a failed trigger, seen mid-way): free it and try once more.
       await forgetIdempotencyKey(caller.projectId, item.idempotencyKey, existing.vesselId);
       continue;
@@ -118,17 +116,17 @@ export async function enqueueVessel(request: VesselRequest, item: { message: str
       if (!undone) {
         // Still there (the store failed too): it is watched, so the reconciler triggers it when due. The caller is
         // told it was accepted, since it will run.
-        return { kind: 'queued', response: queueResponse(vessel) };
+        return { ok: true, replayed: false, response: queueResponse(vessel) };
       }
       return {
-        kind: 'refused',
+        ok: false,
         refusal: {
           kind: 'trigger_failed',
           message: `The ${far ? 'scheduler' : 'run queue'} is unavailable, so the vessel was not queued (nothing was kept; retry with the same idempotencyKey)`,
         },
       };
     }
-    return { kind: 'queued', response: queueResponse(vessel) };
+    return { ok: true, replayed: false, response: queueResponse(vessel) };
   }
   throw new Error(`Idempotency key of vessel ${vesselId} kept pointing at vessels that no longer exist`);
 }

@@ -15,13 +15,20 @@ import { anthropicSseStream, StreamTranslator } from './stream.ts';
 export function chatCompletionsProvider(dialect: Dialect): Provider {
   const id: ChatProviderId = dialect.id;
 
-  function translate(req: ProviderRequest, stream: boolean): TranslatedRequest | Extract<ProviderResult, { kind: 'error' }> {
+  /** The request translated and handed to `use`; one the translation cannot carry is the provider's 400 instead. */
+  async function translated<R extends ProviderResult | CountResult>(
+    req: ProviderRequest,
+    stream: boolean,
+    use: (t: TranslatedRequest) => R | Promise<R>,
+  ): Promise<R | Extract<ProviderResult, { kind: 'error' }>> {
+    let t: TranslatedRequest;
     try {
-      return translateRequest(req.body, { upstreamModel: req.upstreamModel, dialect, stream });
+      t = translateRequest(req.body, { upstreamModel: req.upstreamModel, dialect, stream });
     } catch (err) {
       if (err instanceof TranslationError) return translationFailure(err);
       throw err;
     }
+    return use(t);
   }
 
   function client(req: ProviderRequest): OpenAI {
@@ -73,16 +80,12 @@ export function chatCompletionsProvider(dialect: Dialect): Provider {
     id,
     baseUrl: () => dialect.baseUrl(),
     ...projectKeyCredential(id),
-    async send(req): Promise<ProviderResult> {
+    send(req): Promise<ProviderResult> {
       const stream = req.body.stream === true;
-      const t = translate(req, stream);
-      if ('kind' in t) return t;
-      return stream ? sendStream(req, t) : sendMessage(req, t);
+      return translated(req, stream, (t) => (stream ? sendStream(req, t) : sendMessage(req, t)));
     },
-    async countTokens(req): Promise<CountResult> {
-      const t = translate(req, false);
-      if ('kind' in t) return t;
-      return { kind: 'count', input_tokens: estimateTokens(t.params), estimated: true };
+    countTokens(req): Promise<CountResult> {
+      return translated(req, false, (t): CountResult => ({ kind: 'count', input_tokens: estimateTokens(t.params), estimated: true }));
     },
   };
 }
