@@ -4,6 +4,7 @@ import { MAX_INVOCATION_SECONDS } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import type { RunAdmission } from '../plans/admission.ts';
 import { keepLeaseAlive, releaseLease } from '../plans/leases.ts';
+import type { Ticker } from '../scheduling/watch.ts';
 import type { SessionOptions } from './options.ts';
 import type { RunEvent, RunResult } from './result.ts';
 import { runAgent, runAgentSegment, type RunInput, type RunOutcome } from './run.ts';
@@ -37,6 +38,8 @@ export interface AdmittedRunInput {
   onEvent?: (event: RunEvent) => void;
   /** The lease could not be renewed (it expired or was taken away): the run should stop. */
   onLeaseLost?: (reason: 'expired' | 'not_held') => void;
+  /** The caller's watch timer (a vessel's, a /ws turn's): the lease renewals ride on it, so the run has one timer. */
+  ticker?: Ticker;
   /**
    * Called once the lease is given back, with the developer whose slot it freed: the vessels waiting for that slot
    * are woken here (vessels/park.ts `wakeParkedVessels`). Awaited; it must not throw.
@@ -57,7 +60,10 @@ async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Pr
   const { admission, started } = input;
   const compute = admission.compute;
   if (!compute) throw new Error("runAdmitted needs an admission taken with maxSeconds (it reserves the run's compute)");
-  const heartbeat = keepLeaseAlive(admission.lease, input.onLeaseLost ? { onLost: input.onLeaseLost } : {});
+  const heartbeat = keepLeaseAlive(admission.lease, {
+    ...(input.onLeaseLost ? { onLost: input.onLeaseLost } : {}),
+    ...(input.ticker ? { ticker: input.ticker } : {}),
+  });
   try {
     return await run({
       caller: input.caller,

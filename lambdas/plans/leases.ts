@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
+import { LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../config/timing.ts';
 import { conditionalPut, conditionalUpdate, type StoredItem } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { DAY_SECONDS, expiresAfter } from '../store/epoch.ts';
+import { ticker, type Ticker } from '../scheduling/watch.ts';
 
 /**
  * Concurrency leases (docs/contract.md, "Concurrency leases"): a developer may run at most their tier's number of
@@ -21,11 +23,6 @@ import { DAY_SECONDS, expiresAfter } from '../store/epoch.ts';
  * An expired lease stops counting the moment it expires: an acquisition that finds no room sweeps the expired leases
  * it saw and tries again, so a crashed holder frees its slot within LEASE_TTL_MS without anyone's help.
  */
-
-/** A lease lapses this long after its last renewal. */
-export const LEASE_TTL_MS = 60_000;
-/** How often a holder renews: three renewals fit in one expiry, so one lost renewal does not lose the lease. */
-export const LEASE_RENEW_INTERVAL_MS = 20_000;
 
 export type RunKind = 'prompt' | 'vessel' | 'ws';
 
@@ -187,28 +184,32 @@ export async function liveLeases(developerId: string, now = new Date()): Promise
 /**
  * Renews a lease every LEASE_RENEW_INTERVAL_MS while its run lives. When a renewal is refused (the lease expired —
  * the process stalled for a minute — or was taken away), `onLost` is called once and renewing stops; a renewal that
- * fails on the store's side is retried at the next tick. `stop` ends the heartbeat (release the lease separately).
+ * fails on the store's side is retried at the next turn. The renewals ride on the run's `ticker` when it has one (the
+ * watch of a vessel or a /ws turn: one timer per run), else on one of their own. `stop` ends the renewals (release
+ * the lease separately).
  */
 export function keepLeaseAlive(
   lease: Lease,
-  opts: { onLost?: (reason: 'expired' | 'not_held') => void; intervalMs?: number } = {},
+  opts: { onLost?: (reason: 'expired' | 'not_held') => void; intervalMs?: number; ticker?: Ticker } = {},
 ): { stop(): void; current(): Lease } {
+  const intervalMs = opts.intervalMs ?? LEASE_RENEW_INTERVAL_MS;
   let current = lease;
-  let renewing = false;
-  const timer = setInterval(() => {
-    if (renewing) return;
-    renewing = true;
-    renewLease(current)
-      .then((result) => {
-        if (result.ok) current = result.lease;
-        else {
-          clearInterval(timer);
-          opts.onLost?.(result.reason);
-        }
-      })
-      .catch(() => undefined)
-      .finally(() => (renewing = false));
-  }, opts.intervalMs ?? LEASE_RENEW_INTERVAL_MS);
-  timer.unref?.();
-  return { stop: () => clearInterval(timer), current: () => current };
+  const own = opts.ticker ? undefined : ticker(intervalMs);
+  const stop = () => {
+    renewals.stop();
+    own?.stop();
+  };
+  const renewals = (opts.ticker ?? own!).every(intervalMs, async () => {
+    try {
+      const result = await renewLease(current);
+      if (result.ok) current = result.lease;
+      else {
+        stop();
+        opts.onLost?.(result.reason);
+      }
+    } catch {
+      // The store did not answer: the next turn tries again, well within the lease's life.
+    }
+  });
+  return { stop, current: () => current };
 }

@@ -116,6 +116,7 @@ async function runSegment(
       options: session.options,
       started,
       signal: abort.signal,
+      ticker: watch.ticker,
       onEvent: (event) => outbox.send(event),
       // The slot this turn held may be what a parked vessel of the developer is waiting for.
       onReleased: (developerId) => wakeParkedVessels(developerId),

@@ -1,11 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
-import { WAIT_OUT_MS } from '../config/timing.ts';
+import { LEASE_TTL_MS, WAIT_OUT_MS } from '../config/timing.ts';
 import type { RunResult } from '../agent/result.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { admitRun, withdrawAdmission, type RunAdmission } from '../plans/admission.ts';
-import { LEASE_TTL_MS } from '../plans/leases.ts';
 import { messageOf } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { endVessel } from './end.ts';
@@ -135,6 +134,7 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
       options: vessel.options,
       started,
       signal: abort.signal,
+      ticker: watch.ticker,
       onReleased: (developerId) => wakeParkedVessels(developerId),
       onLeaseLost: () => {
         leaseLost = true;

@@ -1,15 +1,15 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
+import { CANCEL_POLL_MS, LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
-import { LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../plans/leases.ts';
+import { watchRecord, type Ticker } from '../scheduling/watch.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { vesselKey } from './record.ts';
 import { touchVessel } from './store.ts';
 
-/** How often an executing vessel looks for a cancel request: the longest a cancel waits to be seen. */
-export const CANCEL_POLL_MS = 1_000;
-
 export interface ExecutionWatch {
+  /** The watch's timer: the run's lease renewals ride on it (agent/admitted-run.ts), one timer per execution. */
+  ticker: Ticker;
   stop(): void;
   /** A cancel was requested and the run was told to stop. */
   canceled(): boolean;
@@ -21,7 +21,7 @@ export interface ExecutionWatch {
 }
 
 /**
- * Watches an EXECUTING vessel on behalf of its execution (`runId`):
+ * Watches an EXECUTING vessel on behalf of its execution (`runId`), with the watch loop (scheduling/watch.ts):
  * - every CANCEL_POLL_MS, reads whether a cancel was requested, and aborts the run with the reason if so;
  * - every LEASE_RENEW_INTERVAL_MS, pushes the vessel's `reconcileAt` a lease's length ahead — the reconciler treats
  *   an execution that stopped doing so as dead and retries the vessel;
@@ -30,29 +30,27 @@ export interface ExecutionWatch {
  */
 export function watchExecution(vesselId: string, runId: string, abort: AbortController, opts: { pollMs?: number; heartbeatMs?: number } = {}): ExecutionWatch {
   let canceled = false;
-  let takenOver = false;
-  let confirmedAt = Date.now();
-  let busy = false;
-  let lastBeat = Date.now();
-  const heartbeatMs = opts.heartbeatMs ?? LEASE_RENEW_INTERVAL_MS;
-
-  const tick = async () => {
-    if (busy || abort.signal.aborted) return;
-    busy = true;
-    try {
-      const now = Date.now();
-      if (now - lastBeat >= heartbeatMs) {
-        lastBeat = now;
-        const beat = await touchVessel(vesselId, {
-          status: 'EXECUTING',
-          when: { expression: 'runId = :run', values: { ':run': runId } },
-          set: { reconcileAt: now + LEASE_TTL_MS },
-        });
-        if (!beat.ok) return lose('the vessel was given to another execution');
-        confirmedAt = now;
-        if (beat.vessel.cancelRequested) return cancel();
-        return;
-      }
+  const pollMs = opts.pollMs ?? CANCEL_POLL_MS;
+  const cancel = () => {
+    canceled = true;
+    abort.abort('The vessel was canceled while it ran');
+  };
+  const watch = watchRecord({
+    signal: abort.signal,
+    pollMs,
+    heartbeatMs: opts.heartbeatMs ?? LEASE_RENEW_INTERVAL_MS,
+    // Only the heartbeat pushes `reconcileAt`, so only it confirms the execution for the reconciler's sake.
+    async beat(now) {
+      const beat = await touchVessel(vesselId, {
+        status: 'EXECUTING',
+        when: { expression: 'runId = :run', values: { ':run': runId } },
+        set: { reconcileAt: now + LEASE_TTL_MS },
+      });
+      if (!beat.ok) return { lost: 'the vessel was given to another execution' };
+      if (beat.vessel.cancelRequested) cancel();
+      return { confirmedAt: now };
+    },
+    async look() {
       const out = await documentClient().send(
         new GetCommand({
           TableName: env().VESSELS_TABLE,
@@ -63,36 +61,18 @@ export function watchExecution(vesselId: string, runId: string, abort: AbortCont
         }),
       );
       const seen = out.Item as { status?: string; runId?: string; cancelRequested?: boolean } | undefined;
-      if (!seen || seen.status !== 'EXECUTING' || seen.runId !== runId) return lose('the vessel moved on');
+      if (!seen || seen.status !== 'EXECUTING' || seen.runId !== runId) return { lost: 'the vessel moved on' };
       if (seen.cancelRequested) cancel();
-    } catch (err) {
-      // The store did not answer: try again next tick — unless ownership can no longer be vouched for.
-      if (Date.now() - confirmedAt > LEASE_TTL_MS - 2 * (opts.pollMs ?? CANCEL_POLL_MS)) lose('the store could not confirm the execution in time');
-      else logger.warn('vessel watch failed; retrying', { vesselId, error: err as Error });
-    } finally {
-      busy = false;
-    }
-  };
-  const cancel = () => {
-    canceled = true;
-    abort.abort('The vessel was canceled while it ran');
-  };
-  const lose = (why: string) => {
-    // A look already on its way when the run stopped sees the run's own end: nothing was lost.
-    if (stopped) return;
-    takenOver = true;
-    logger.warn('vessel execution stops: it no longer owns the vessel', { vesselId, runId, why });
-    abort.abort(`The execution stopped: ${why}`);
-  };
-  let stopped = false;
-  const timer = setInterval(() => void tick(), opts.pollMs ?? CANCEL_POLL_MS);
-  timer.unref?.();
-  return {
-    stop: () => {
-      stopped = true;
-      clearInterval(timer);
+      return {};
     },
-    canceled: () => canceled,
-    takenOver: () => takenOver,
-  };
+    confirmWithinMs: LEASE_TTL_MS - 2 * pollMs,
+    onLost(why) {
+      logger.warn('vessel execution stops: it no longer owns the vessel', { vesselId, runId, why });
+      abort.abort(`The execution stopped: ${why}`);
+    },
+    onRetry(err) {
+      logger.warn('vessel watch failed; retrying', { vesselId, error: err as Error });
+    },
+  });
+  return { ticker: watch.ticker, stop: watch.stop, canceled: () => canceled, takenOver: watch.lost };
 }

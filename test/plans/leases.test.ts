@@ -2,17 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { env } from '../../lambdas/config/env.ts';
-import {
-  acquireLease,
-  keepLeaseAlive,
-  LEASE_RENEW_INTERVAL_MS,
-  LEASE_TTL_MS,
-  liveLeases,
-  releaseLease,
-  renewLease,
-  type Lease,
-  type LeaseHolder,
-} from '../../lambdas/plans/leases.ts';
+import { LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../../lambdas/config/timing.ts';
+import { acquireLease, keepLeaseAlive, liveLeases, releaseLease, renewLease, type Lease, type LeaseHolder } from '../../lambdas/plans/leases.ts';
 import { TIERS } from '../../lambdas/plans/tiers.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
