@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { finishBeforeReturn } from '../instance/unfinished.ts';
-import { accessRecord, holdAccessLog, withAccessRecord, writeAccessLog, writeAccessLogWhenReleased, type AccessRecord } from '../observability/access-log.ts';
+import { responseDelivered } from '../instance/unfinished.ts';
+import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { refuseDeclaredOversize } from './body.ts';
@@ -72,38 +72,16 @@ export function httpApp(spec: AppSpec): HttpApp {
   };
 }
 
-const afterDeliveryTasks = new WeakMap<AccessRecord, (() => Promise<unknown>)[]>();
-
 /**
- * Runs `task` once the current response has been handed to the client (delivered, or abandoned by it), and writes
- * the request's access line after the task has ended. The proxy settles a JSON answer this way: the client does not
- * wait for the ledger write (docs/architecture.md, "The metered model call"), and the invocation still does.
- */
-export function afterDelivery(task: () => Promise<unknown>): void {
-  const record = accessRecord();
-  const tasks = afterDeliveryTasks.get(record);
-  if (tasks) tasks.push(task);
-  else afterDeliveryTasks.set(record, [task]);
-}
-
-/**
- * Passes the body through; once it has been delivered or abandoned, starts the request's after-delivery tasks and
- * writes the access line when they — and anything else holding the line, such as a stream's settlement — have ended,
- * so the line carries the final charge. Both are work the invocation finishes before it returns.
+ * Passes the body through; once it has been delivered or abandoned, tells the registry of work after the response
+ * (instance/unfinished.ts), keyed by the request's access record: the tasks that waited for delivery start (the
+ * proxy's JSON settlement), and the access line is written when they — and anything else holding the response, such
+ * as a stream's settlement — have ended, so the line carries the final charge.
  */
 function logWhenDelivered(body: ReadableStream<Uint8Array> | null, record: AccessRecord, started: number): ReadableStream<Uint8Array> | null {
   const done = () => {
     record.totalMs = Date.now() - started;
-    const tasks = afterDeliveryTasks.get(record) ?? [];
-    afterDeliveryTasks.delete(record);
-    // The last bytes are on their way to the socket; the tasks begin on the next turn of the event loop so that
-    // writing them comes first. A handler that ends sooner starts them itself (they are deferred work).
-    if (tasks.length > 0)
-      holdAccessLog(
-        record,
-        new Promise<void>((r) => setImmediate(r)).then(() => Promise.allSettled(tasks.map((task) => task()))),
-      );
-    void finishBeforeReturn(writeAccessLogWhenReleased(record));
+    void responseDelivered(record, () => writeAccessLog(record));
   };
   if (!body) {
     done();

@@ -3,8 +3,8 @@ import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
 import type { Reservation } from '../budgets/ledger.ts';
 import { env } from '../config/env.ts';
-import { deferUntilReturn, finishBeforeReturn } from '../instance/unfinished.ts';
-import { accessRecord, holdAccessLog, timePhase, type AccessRecord } from '../observability/access-log.ts';
+import { deferUntilReturn, finishBeforeReturn, holdResponse } from '../instance/unfinished.ts';
+import { accessRecord, timePhase, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
@@ -319,7 +319,7 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
         return charge;
       })(),
     );
-    holdAccessLog(log, settled);
+    holdResponse(log, settled);
     return settled;
   };
   const readToInputReport = async () => {

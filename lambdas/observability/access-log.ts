@@ -39,27 +39,6 @@ export function timePhase(record: AccessRecord, name: Phase, since: number): voi
   (record.phases ??= {})[name] = Math.round((performance.now() - since) * 100) / 100;
 }
 
-const holds = new WeakMap<AccessRecord, Promise<unknown>[]>();
-
-/**
- * Keeps `record`'s line from being written before `work` ends: a settlement that runs after the answer has been
- * delivered still belongs on the request's line (its charge, its time).
- */
-export function holdAccessLog(record: AccessRecord, work: Promise<unknown>): void {
-  const list = holds.get(record);
-  if (list) list.push(work);
-  else holds.set(record, [work]);
-}
-
-/** Writes the line once everything holding it has ended; returns when it is written. */
-export async function writeAccessLogWhenReleased(record: AccessRecord): Promise<void> {
-  for (let held = holds.get(record); held?.length; held = holds.get(record)) {
-    holds.delete(record);
-    await Promise.allSettled(held);
-  }
-  writeAccessLog(record);
-}
-
 export type AccessLogSink = (record: Readonly<AccessRecord>) => void;
 
 /** Lambda: one structured JSON line (Powertools); client mistakes are INFO, a 5xx answer WARN. */

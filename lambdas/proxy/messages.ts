@@ -1,5 +1,5 @@
-import { afterDelivery } from '../http/app.ts';
 import { parseJsonBody, readBodyText } from '../http/body.ts';
+import { afterResponse } from '../instance/unfinished.ts';
 import { countTokens, meteredCall } from '../metering/call.ts';
 import { accessRecord, timePhase } from '../observability/access-log.ts';
 import type { MessagesRequest, ProviderRequest } from '../providers/types.ts';
@@ -47,7 +47,7 @@ export async function handleMessages(req: Request): Promise<Response> {
   if (!call.ok) return anthropicRefusal(call.refusal, clamp);
   if (call.kind === 'message') {
     // The charge is written once the answer has been handed over; both headers are known before that.
-    afterDelivery(call.settle);
+    afterResponse(accessRecord(), call.settle);
     const headers: Record<string, string> = { ...clamp, [COST_HEADER]: String(call.charge.microdollars) };
     if (call.charge.remaining !== undefined) headers[REMAINING_HEADER] = String(call.charge.remaining);
     return Response.json(call.message, { headers });
