@@ -1,9 +1,9 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import { DeleteCommand, GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
-import { conditionalPut, conditionalUpdate, type StoredItem } from '../store/conditional.ts';
-import { documentClient, isConditionFailure } from '../store/dynamo.ts';
+import { conditionalPut, conditionalUpdate, type ConditionalResult, type StoredItem } from '../store/conditional.ts';
+import { documentClient } from '../store/dynamo.ts';
 import {
   connectionFromItem,
   connectionKey,
@@ -17,12 +17,14 @@ import {
   type StopRequest,
   type TurnRecord,
 } from './record.ts';
+import { SessionStates, STATE_PLACEHOLDERS, type SessionState } from './states.ts';
 
 /**
  * The Sessions table's writes (docs/ws.md, "How a turn runs"). Each move of a session's state is one conditional
- * write naming the state and the turn it expects, so a repeated queue message, a late frame or the sweeper finds
- * the turn moved on and does nothing. Every write pushes the session's expiry (SESSION_RETENTION_SECONDS after its
- * last change: the table's TTL deletes it then).
+ * write: a transition of the flow (sessions/states.ts) and the turn it expects, so a repeated queue message, a late
+ * frame or the sweeper finds the turn moved on and does nothing. Every write goes through store/conditional.ts, so
+ * it happens once however often the SDK sends it. Every change pushes the session's expiry
+ * (SESSION_RETENTION_SECONDS after its last change: the table's TTL deletes it then).
  */
 
 /** A running turn's worker renews its claim this often… */
@@ -40,7 +42,7 @@ export const SWEEP_TURN = 'turn';
 const table = () => env().SESSIONS_TABLE;
 const expiry = (now: number) => Math.floor(now / 1000) + env().SESSION_RETENTION_SECONDS;
 
-/** Every session write: version, updatedAt and the expiry move together. */
+/** Every session change: version, updatedAt and the expiry move together. */
 function touched(now: number) {
   return { set: 'version = version + :one, updatedAt = :now, expiresAt = :exp', values: { ':one': 1, ':now': now, ':exp': expiry(now) } };
 }
@@ -62,7 +64,7 @@ export async function createSession(session: Omit<SessionRecord, 'version' | 'up
       options: JSON.stringify(session.options),
       conversation: encodeConversation([]),
       messages: 0,
-      state: 'idle',
+      state: 'idle' satisfies SessionState,
       version: 1,
       createdAt: session.createdAt,
       updatedAt: session.createdAt,
@@ -73,79 +75,108 @@ export async function createSession(session: Omit<SessionRecord, 'version' | 'up
   if (!created.ok) throw new Error(`Session ${session.sessionId} exists already`);
 }
 
+/** The state a session write expects (the flow's fragment, sessions/states.ts), and the state it moves to if any. */
+interface StateFragment {
+  condition: string;
+  set?: string;
+  names: Record<string, string>;
+  values: Record<string, string>;
+}
+
+/** A move to `to` from `from`, as the flow allows it (else a RangeError: a move the flow forbids is never written). */
+const move = (to: SessionState, from: SessionState | readonly SessionState[]): StateFragment => SessionStates.transition(to, { ...STATE_PLACEHOLDERS, from });
+
+/** The session is in one of `states`, for the writes that change its turn and not its state. */
+function inState(...states: SessionState[]): StateFragment {
+  const c = SessionStates.statusIn(states, STATE_PLACEHOLDERS);
+  return { condition: c.expression, names: c.names, values: c.values };
+}
+
+/**
+ * The one conditional UpdateItem of a session (store/conditional.ts: made once however often the SDK sends it): the
+ * state it expects (and moves to), `when` besides, and the write's SET and REMOVE clauses. With `now` the session is
+ * touched (version, updatedAt, expiry).
+ */
+async function updateSession(
+  sessionId: string,
+  write: {
+    state?: StateFragment;
+    when?: string;
+    set?: readonly string[];
+    remove?: readonly string[];
+    names?: Record<string, string>;
+    values?: Record<string, unknown>;
+    now?: number;
+  },
+  returnValues: 'ALL_NEW' | 'NONE' = 'ALL_NEW',
+): Promise<ConditionalResult> {
+  const touch = write.now === undefined ? undefined : touched(write.now);
+  const set = [...(write.state?.set ? [write.state.set] : []), ...(write.set ?? []), ...(touch ? [touch.set] : [])];
+  const condition = [write.state?.condition, write.when].filter((c) => c !== undefined).join(' AND ');
+  const names = { ...write.state?.names, ...write.names };
+  return conditionalUpdate({
+    TableName: table(),
+    Key: sessionKey(sessionId),
+    UpdateExpression: `SET ${set.join(', ')}${write.remove?.length ? ` REMOVE ${write.remove.join(', ')}` : ''}`,
+    ConditionExpression: condition,
+    ...(Object.keys(names).length ? { ExpressionAttributeNames: names } : {}),
+    ExpressionAttributeValues: { ...write.state?.values, ...write.values, ...touch?.values },
+    ...(returnValues === 'ALL_NEW' ? { ReturnValues: 'ALL_NEW' } : {}),
+  });
+}
+
 /** Replaces a session's options (a resume that gives new ones): they apply from its next model call. */
 export async function replaceOptions(sessionId: string, options: SessionRecord['options'], now = Date.now()): Promise<void> {
-  const t = touched(now);
-  await documentClient().send(
-    new UpdateCommand({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET options = :options, ${t.set}`,
-      ConditionExpression: 'attribute_exists(pk)',
-      ExpressionAttributeValues: { ':options': JSON.stringify(options), ...t.values },
-    }),
+  const replaced = await updateSession(
+    sessionId,
+    { when: 'attribute_exists(pk)', set: ['options = :options'], values: { ':options': JSON.stringify(options) }, now },
+    'NONE',
   );
+  if (!replaced.ok) throw new Error(`Session ${sessionId} does not exist`);
 }
 
 export type Moved = { ok: true; session: SessionRecord } | { ok: false; seen: SessionRecord | undefined };
 
-function moved(result: { ok: true; attributes?: StoredItem } | { ok: false; seen: StoredItem | undefined }): Moved {
+function moved(result: ConditionalResult): Moved {
   if (result.ok) return { ok: true, session: sessionFromItem(result.attributes!) };
   return { ok: false, seen: result.seen ? sessionFromItem(result.seen) : undefined };
 }
 
 /** idle → queued: a user's message becomes a turn for a worker. */
 export async function queueTurn(sessionId: string, turn: TurnRecord, now = Date.now()): Promise<Moved> {
-  const t = touched(now);
   return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET #state = :queued, turn = :turn, sweepShard = :shard, sweepAt = :sweepAt, ${t.set}`,
-      ConditionExpression: '#state = :idle',
-      ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: {
-        ':queued': 'queued',
-        ':idle': 'idle',
-        ':turn': turn,
-        ':shard': SWEEP_TURN,
-        ':sweepAt': now + TURN_QUEUED_STALE_MS,
-        ...t.values,
-      },
-      ReturnValues: 'ALL_NEW',
+    await updateSession(sessionId, {
+      state: move('queued', 'idle'),
+      set: ['turn = :turn', 'sweepShard = :shard', 'sweepAt = :sweepAt'],
+      values: { ':turn': turn, ':shard': SWEEP_TURN, ':sweepAt': now + TURN_QUEUED_STALE_MS },
+      now,
     }),
   );
 }
 
 /** queued → running, by the worker the turn's message reached (a repeated message finds it running and stops). */
 export async function claimTurn(sessionId: string, turnId: string, now = Date.now()): Promise<Moved> {
-  const t = touched(now);
   return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET #state = :running, sweepAt = :sweepAt, ${t.set}`,
-      ConditionExpression: '#state = :queued AND turn.id = :turn',
-      ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: { ':running': 'running', ':queued': 'queued', ':turn': turnId, ':sweepAt': now + TURN_STALE_MS, ...t.values },
-      ReturnValues: 'ALL_NEW',
+    await updateSession(sessionId, {
+      state: move('running', 'queued'),
+      when: 'turn.id = :turn',
+      set: ['sweepAt = :sweepAt'],
+      values: { ':turn': turnId, ':sweepAt': now + TURN_STALE_MS },
+      now,
     }),
   );
 }
 
 /** The running turn's worker is alive: the sweeper leaves it alone for another TURN_STALE_MS. */
 export async function heartbeatTurn(sessionId: string, turnId: string, now = Date.now()): Promise<boolean> {
-  const result = await conditionalUpdate({
-    TableName: table(),
-    Key: sessionKey(sessionId),
-    UpdateExpression: 'SET sweepAt = :sweepAt',
-    ConditionExpression: '#state = :running AND turn.id = :turn',
-    ExpressionAttributeNames: { '#state': 'state' },
-    ExpressionAttributeValues: { ':running': 'running', ':turn': turnId, ':sweepAt': now + TURN_STALE_MS },
-  });
+  // Not a change of the session (no version, no expiry) and nothing read back: only the claim is renewed.
+  const result = await updateSession(
+    sessionId,
+    { state: inState('running'), when: 'turn.id = :turn', set: ['sweepAt = :sweepAt'], values: { ':turn': turnId, ':sweepAt': now + TURN_STALE_MS } },
+    'NONE',
+  );
   return result.ok;
 }
-
 /**
  * What a running turn's watch reads every poll: whether it still owns the turn, whether it is asked to stop, and the
  * connection its frames go to now (a resume on another connection moves it: moveTurn).
@@ -178,28 +209,20 @@ export async function endTurn(
   sessionId: string,
   turnId: string,
   conversation: Anthropic.MessageParam[] | undefined,
-  opts: { from?: readonly ('queued' | 'running' | 'awaiting_tools')[]; now?: number; version?: number } = {},
+  opts: { from?: readonly SessionState[]; now?: number; version?: number } = {},
 ): Promise<Moved> {
-  const now = opts.now ?? Date.now();
-  const from = opts.from ?? ['running'];
-  const t = touched(now);
-  const stored = conversation ? { ':conversation': encodeConversation(conversation), ':messages': conversation.length } : {};
   return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET #state = :idle, ${conversation ? 'conversation = :conversation, messages = :messages, ' : ''}${t.set} REMOVE turn, sweepShard, sweepAt`,
-      ConditionExpression: `#state IN (${from.map((_, i) => `:from${i}`).join(', ')}) AND turn.id = :turn${opts.version === undefined ? '' : ' AND version = :read'}`,
-      ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: {
-        ':idle': 'idle',
+    await updateSession(sessionId, {
+      state: move('idle', opts.from ?? ['running']),
+      when: `turn.id = :turn${opts.version === undefined ? '' : ' AND version = :read'}`,
+      set: conversation ? ['conversation = :conversation', 'messages = :messages'] : [],
+      remove: ['turn', 'sweepShard', 'sweepAt'],
+      values: {
         ':turn': turnId,
-        ...Object.fromEntries(from.map((s, i) => [`:from${i}`, s])),
-        ...stored,
+        ...(conversation ? { ':conversation': encodeConversation(conversation), ':messages': conversation.length } : {}),
         ...(opts.version === undefined ? {} : { ':read': opts.version }),
-        ...t.values,
       },
-      ReturnValues: 'ALL_NEW',
+      now: opts.now ?? Date.now(),
     }),
   );
 }
@@ -212,91 +235,71 @@ export async function pauseTurn(
   paused: PausedRun,
   now = Date.now(),
 ): Promise<Moved> {
-  const t = touched(now);
   return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET #state = :awaiting, conversation = :conversation, messages = :messages, turn.paused = :paused, turn.pending = :pending, turn.clientResults = :none, ${t.set} REMOVE turn.message, sweepShard, sweepAt`,
-      ConditionExpression: '#state = :running AND turn.id = :turn',
-      ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: {
-        ':awaiting': 'awaiting_tools',
-        ':running': 'running',
+    await updateSession(sessionId, {
+      state: move('awaiting_tools', 'running'),
+      when: 'turn.id = :turn',
+      set: ['conversation = :conversation', 'messages = :messages', 'turn.paused = :paused', 'turn.pending = :pending', 'turn.clientResults = :none'],
+      remove: ['turn.message', 'sweepShard', 'sweepAt'],
+      values: {
         ':turn': turnId,
         ':conversation': encodeConversation(conversation),
         ':messages': conversation.length,
         ':paused': JSON.stringify(paused),
         ':pending': paused.calls.filter((c) => c.client).map((c) => c.id),
         ':none': {},
-        ...t.values,
       },
-      ReturnValues: 'ALL_NEW',
+      now,
     }),
   );
 }
 
 /** One client result of a paused turn, once: the id must be pending and not answered yet. */
 export async function recordClientResult(sessionId: string, turnId: string, toolUseId: string, result: ClientResult, now = Date.now()): Promise<Moved> {
-  const t = touched(now);
   return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET turn.clientResults.#id = :result, ${t.set}`,
-      ConditionExpression: '#state = :awaiting AND turn.id = :turn AND contains(turn.pending, :id) AND attribute_not_exists(turn.clientResults.#id)',
-      ExpressionAttributeNames: { '#state': 'state', '#id': toolUseId },
-      ExpressionAttributeValues: { ':awaiting': 'awaiting_tools', ':turn': turnId, ':id': toolUseId, ':result': result, ...t.values },
-      ReturnValues: 'ALL_NEW',
+    await updateSession(sessionId, {
+      state: inState('awaiting_tools'),
+      when: 'turn.id = :turn AND contains(turn.pending, :id) AND attribute_not_exists(turn.clientResults.#id)',
+      set: ['turn.clientResults.#id = :result'],
+      names: { '#id': toolUseId },
+      values: { ':turn': turnId, ':id': toolUseId, ':result': result },
+      now,
     }),
   );
 }
 
 /** awaiting_tools → queued: every result is in; a worker continues the turn (on `connection`, the latest one). */
 export async function queueResume(sessionId: string, turnId: string, now = Date.now()): Promise<Moved> {
-  const t = touched(now);
   return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET #state = :queued, turn.queuedAt = :now, sweepShard = :shard, sweepAt = :sweepAt, ${t.set}`,
-      ConditionExpression: '#state = :awaiting AND turn.id = :turn',
-      ExpressionAttributeNames: { '#state': 'state' },
-      ExpressionAttributeValues: {
-        ':queued': 'queued',
-        ':awaiting': 'awaiting_tools',
-        ':turn': turnId,
-        ':shard': SWEEP_TURN,
-        ':sweepAt': now + TURN_QUEUED_STALE_MS,
-        ...t.values,
-      },
-      ReturnValues: 'ALL_NEW',
+    await updateSession(sessionId, {
+      state: move('queued', 'awaiting_tools'),
+      when: 'turn.id = :turn',
+      set: ['turn.queuedAt = :now', 'sweepShard = :shard', 'sweepAt = :sweepAt'],
+      values: { ':turn': turnId, ':shard': SWEEP_TURN, ':sweepAt': now + TURN_QUEUED_STALE_MS },
+      now,
     }),
   );
 }
 
 /** Asks the queued or running turn to stop (its worker polls for it). */
 export async function requestStop(sessionId: string, turnId: string, stop: StopRequest, opts: { connectionId?: string; now?: number } = {}): Promise<Moved> {
-  const now = opts.now ?? Date.now();
-  const t = touched(now);
+  const when = ['turn.id = :turn'];
+  if (opts.connectionId) when.push('turn.connectionId = :conn');
+  // A client leaving does not replace its own interrupt: were it to come back, the interrupt must still hold.
+  if (stop === 'disconnected') when.push('(attribute_not_exists(turn.#stop) OR turn.#stop <> :interrupted)');
   return moved(
-    await conditionalUpdate({
-      TableName: table(),
-      Key: sessionKey(sessionId),
-      UpdateExpression: `SET turn.#stop = :stop, ${t.set}`,
-      // A client leaving does not replace its own interrupt: were it to come back, the interrupt must still hold.
-      ConditionExpression: `#state IN (:queued, :running) AND turn.id = :turn${opts.connectionId ? ' AND turn.connectionId = :conn' : ''}${stop === 'disconnected' ? ' AND (attribute_not_exists(turn.#stop) OR turn.#stop <> :interrupted)' : ''}`,
-      ExpressionAttributeNames: { '#state': 'state', '#stop': 'stop' },
-      ExpressionAttributeValues: {
-        ':queued': 'queued',
-        ':running': 'running',
+    await updateSession(sessionId, {
+      state: inState('queued', 'running'),
+      when: when.join(' AND '),
+      set: ['turn.#stop = :stop'],
+      names: { '#stop': 'stop' },
+      values: {
         ':turn': turnId,
         ':stop': stop,
         ...(opts.connectionId ? { ':conn': opts.connectionId } : {}),
-        ...(stop === 'disconnected' ? { ':interrupted': 'interrupted' } : {}),
-        ...t.values,
+        ...(stop === 'disconnected' ? { ':interrupted': 'interrupted' satisfies StopRequest } : {}),
       },
-      ReturnValues: 'ALL_NEW',
+      now: opts.now ?? Date.now(),
     }),
   );
 }
@@ -304,46 +307,52 @@ export async function requestStop(sessionId: string, turnId: string, stop: StopR
 /**
  * Sends the turn's frames to another connection from now on (a session resumed on a new connection). A stop the
  * $disconnect of the turn's connection asked for is withdrawn: its client is back (a paused turn would otherwise be
- * ended by it once resumed, and a running one end without a result). An interrupt stays.
+ * ended by it once resumed, and a running one end without a result). An interrupt stays. In whatever state the turn
+ * is: the write names the turn, which only a session with a turn has.
  */
 export async function moveTurn(sessionId: string, turnId: string, connectionId: string, callbackUrl: string, now = Date.now()): Promise<Moved> {
-  const t = touched(now);
-  const move = async (withdraw: boolean) =>
+  const retarget = async (withdraw: boolean) =>
     moved(
-      await conditionalUpdate({
-        TableName: table(),
-        Key: sessionKey(sessionId),
-        UpdateExpression: `SET turn.connectionId = :conn, turn.callbackUrl = :url, ${t.set}${withdraw ? ' REMOVE turn.#stop' : ''}`,
-        ConditionExpression: `turn.id = :turn AND ${withdraw ? 'turn.#stop = :left' : '(attribute_not_exists(turn.#stop) OR turn.#stop <> :left)'}`,
-        ExpressionAttributeNames: { '#stop': 'stop' },
-        ExpressionAttributeValues: { ':turn': turnId, ':conn': connectionId, ':url': callbackUrl, ':left': 'disconnected', ...t.values },
-        ReturnValues: 'ALL_NEW',
+      await updateSession(sessionId, {
+        when: `turn.id = :turn AND ${withdraw ? 'turn.#stop = :left' : '(attribute_not_exists(turn.#stop) OR turn.#stop <> :left)'}`,
+        set: ['turn.connectionId = :conn', 'turn.callbackUrl = :url'],
+        ...(withdraw ? { remove: ['turn.#stop'] } : {}),
+        names: { '#stop': 'stop' },
+        values: { ':turn': turnId, ':conn': connectionId, ':url': callbackUrl, ':left': 'disconnected' satisfies StopRequest },
+        now,
       }),
     );
-  const plain = await move(false);
-  return !plain.ok && plain.seen?.turn?.id === turnId && plain.seen.turn.stop === 'disconnected' ? move(true) : plain;
+  const plain = await retarget(false);
+  return !plain.ok && plain.seen?.turn?.id === turnId && plain.seen.turn.stop === 'disconnected' ? retarget(true) : plain;
 }
 
 // ——— connections ———
 
+/**
+ * A connection being forgotten is closed first (`closedAt`, deleteConnection): every other connection write
+ * conditions on it being open, so none lands between the close and the delete.
+ */
+const OPEN = 'attribute_not_exists(closedAt)';
+
 export async function putConnection(connectionId: string, caller: Caller, now = Date.now()): Promise<void> {
-  await documentClient().send(
-    new PutCommand({
-      TableName: table(),
-      Item: {
-        ...connectionKey(connectionId),
-        connectionId,
-        caller,
-        connectedAt: now,
-        lastSeenAt: now,
-        rateWindow: Math.floor(now / 1000),
-        rateCount: 0,
-        sweepShard: SWEEP_CONNECTION,
-        sweepAt: now + env().SESSION_IDLE_SECONDS * 1000,
-        expiresAt: Math.floor(now / 1000) + CONNECTION_TTL_SECONDS,
-      },
-    }),
-  );
+  // API Gateway never reuses a connection id: an item already there is this put's own first send (store/conditional.ts).
+  const put = await conditionalPut({
+    TableName: table(),
+    Item: {
+      ...connectionKey(connectionId),
+      connectionId,
+      caller,
+      connectedAt: now,
+      lastSeenAt: now,
+      rateWindow: Math.floor(now / 1000),
+      rateCount: 0,
+      sweepShard: SWEEP_CONNECTION,
+      sweepAt: now + env().SESSION_IDLE_SECONDS * 1000,
+      expiresAt: Math.floor(now / 1000) + CONNECTION_TTL_SECONDS,
+    },
+    ConditionExpression: 'attribute_not_exists(pk)',
+  });
+  if (!put.ok) throw new Error(`Connection ${connectionId} exists already`);
 }
 
 export type Touched = { kind: 'ok'; connection: ConnectionRecord } | { kind: 'rate_limited' } | { kind: 'unknown' };
@@ -356,30 +365,32 @@ export async function touchConnection(connectionId: string, now = Date.now()): P
   const window = Math.floor(now / 1000);
   const { SESSION_FRAMES_PER_SECOND: max, SESSION_IDLE_SECONDS: idle } = env();
   const common = { ':now': now, ':sweepAt': now + idle * 1000, ':w': window };
+  /** No connection, or one being forgotten: the frame is as good as after its delete. */
+  const gone = (seen: StoredItem | undefined) => !seen || seen.closedAt !== undefined;
   for (let attempt = 0; attempt < 2; attempt++) {
     // The same second: one more frame, within the limit.
     const same = await conditionalUpdate({
       TableName: table(),
       Key: connectionKey(connectionId),
       UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt ADD rateCount :one',
-      ConditionExpression: 'rateWindow = :w AND rateCount < :max',
+      ConditionExpression: `${OPEN} AND rateWindow = :w AND rateCount < :max`,
       ExpressionAttributeValues: { ...common, ':one': 1, ':max': max },
       ReturnValues: 'ALL_NEW',
     });
     if (same.ok) return { kind: 'ok', connection: connectionFromItem(same.attributes!) };
-    if (!same.seen) return { kind: 'unknown' };
-    if (same.seen.rateWindow === window) return { kind: 'rate_limited' };
+    if (gone(same.seen)) return { kind: 'unknown' };
+    if (same.seen!.rateWindow === window) return { kind: 'rate_limited' };
     // A new second: the count starts again.
     const fresh = await conditionalUpdate({
       TableName: table(),
       Key: connectionKey(connectionId),
       UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt, rateWindow = :w, rateCount = :one',
-      ConditionExpression: 'rateWindow < :w',
+      ConditionExpression: `${OPEN} AND rateWindow < :w`,
       ExpressionAttributeValues: { ...common, ':one': 1 },
       ReturnValues: 'ALL_NEW',
     });
     if (fresh.ok) return { kind: 'ok', connection: connectionFromItem(fresh.attributes!) };
-    if (!fresh.seen) return { kind: 'unknown' };
+    if (gone(fresh.seen)) return { kind: 'unknown' };
   }
   // Two frames raced for the new second twice: the limit is being hit.
   return { kind: 'rate_limited' };
@@ -387,38 +398,43 @@ export async function touchConnection(connectionId: string, now = Date.now()): P
 
 /** The connection now holds `sessionId` (its frames concern that session). */
 export async function bindConnection(connectionId: string, sessionId: string): Promise<void> {
-  await documentClient().send(
-    new UpdateCommand({
-      TableName: table(),
-      Key: connectionKey(connectionId),
-      UpdateExpression: 'SET sessionId = :session',
-      ConditionExpression: 'attribute_exists(pk)',
-      ExpressionAttributeValues: { ':session': sessionId },
-    }),
-  );
+  const bound = await conditionalUpdate({
+    TableName: table(),
+    Key: connectionKey(connectionId),
+    UpdateExpression: 'SET sessionId = :session',
+    ConditionExpression: `attribute_exists(pk) AND ${OPEN}`,
+    ExpressionAttributeValues: { ':session': sessionId },
+  });
+  if (!bound.ok) throw new Error(`Connection ${connectionId} is gone`);
 }
 
 export async function getConnection(connectionId: string): Promise<ConnectionRecord | undefined> {
   const out = await documentClient().send(new GetCommand({ TableName: table(), Key: connectionKey(connectionId), ConsistentRead: true }));
-  return out.Item ? connectionFromItem(out.Item) : undefined;
+  return out.Item && out.Item.closedAt === undefined ? connectionFromItem(out.Item) : undefined;
 }
 
-/** Forgets a connection; answers what it was (undefined when it was already gone). */
+/**
+ * Forgets a connection; answers what it was (undefined when it was already gone, or `ifSweepAt` no longer held).
+ *
+ * A delete leaves no item to carry a write token (store/conditional.ts), so the SDK's second send of a delete whose
+ * answer was lost would find nothing and answer "already gone": the $disconnect would then not stop the connection's
+ * turn, the sweeper not tell the client `idle_timeout`. So the decision is a write made once, which closes the
+ * connection (and takes it out of the sweep index) under the delete's conditions; the item is then deleted, which
+ * needs no condition and no token: it is closed, nothing writes it any more, and deleting it twice deletes nothing
+ * more. A close whose delete never came (the function stopped between the two) is left to the TTL.
+ */
 export async function deleteConnection(connectionId: string, opts: { ifSweepAt?: number } = {}): Promise<ConnectionRecord | undefined> {
-  try {
-    const out = await documentClient().send(
-      new DeleteCommand({
-        TableName: table(),
-        Key: connectionKey(connectionId),
-        ReturnValues: 'ALL_OLD',
-        ...(opts.ifSweepAt === undefined ? {} : { ConditionExpression: 'sweepAt = :at', ExpressionAttributeValues: { ':at': opts.ifSweepAt } }),
-      }),
-    );
-    return out.Attributes ? connectionFromItem(out.Attributes) : undefined;
-  } catch (err) {
-    if (isConditionFailure(err)) return undefined;
-    throw err;
-  }
+  const closed = await conditionalUpdate({
+    TableName: table(),
+    Key: connectionKey(connectionId),
+    UpdateExpression: 'SET closedAt = :now REMOVE sweepShard, sweepAt',
+    ConditionExpression: `attribute_exists(pk) AND ${OPEN}${opts.ifSweepAt === undefined ? '' : ' AND sweepAt = :at'}`,
+    ExpressionAttributeValues: { ':now': Date.now(), ...(opts.ifSweepAt === undefined ? {} : { ':at': opts.ifSweepAt }) },
+    ReturnValues: 'ALL_NEW',
+  });
+  if (!closed.ok) return undefined;
+  await documentClient().send(new DeleteCommand({ TableName: table(), Key: connectionKey(connectionId) }));
+  return connectionFromItem(closed.attributes!);
 }
 
 /** Pushes a connection's idle deadline (the sweeper found a turn running on it). */
@@ -427,7 +443,7 @@ export async function extendConnection(connectionId: string, sweepAt: number): P
     TableName: table(),
     Key: connectionKey(connectionId),
     UpdateExpression: 'SET sweepAt = :at',
-    ConditionExpression: 'attribute_exists(pk)',
+    ConditionExpression: `attribute_exists(pk) AND ${OPEN}`,
     ExpressionAttributeValues: { ':at': sweepAt },
   });
 }

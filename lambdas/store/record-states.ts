@@ -46,6 +46,11 @@ export interface PlaceholderOptions {
   name?: string;
   /** Prefix of the value placeholders (default `:s`, giving `:s0`, `:s1`, … and `:sTo`). */
   valuePrefix?: string;
+  /**
+   * The map attribute the status is nested in, with its name placeholder: `{ attribute: 'webhook', name: '#w' }` makes
+   * the status `#w.#status` (a webhook delivery's status lives in its vessel's `webhook` map).
+   */
+  within?: { attribute: string; name: string };
 }
 
 export interface RecordStates<S extends string> {
@@ -96,17 +101,27 @@ export function defineStates<S extends string>(flow: { readonly [K in S]: readon
     if (!is(value)) throw new RangeError(`${what} ${String(value)} is not a status`);
   };
 
-  function statusIn(list: readonly S[], { attribute = 'status', name = '#status', valuePrefix = ':s' }: PlaceholderOptions = {}): ConditionFragment {
+  /** The status's path in expressions, and the name placeholders it uses. */
+  function statusPath({ attribute = 'status', name = '#status', within }: PlaceholderOptions): { path: string; names: Record<string, string> } {
+    for (const n of [name, ...(within ? [within.name] : [])]) if (!n.startsWith('#')) throw new RangeError(`Name placeholder ${n} must start with #`);
+    if (within?.name === name) throw new RangeError(`Name placeholder ${name} is used for the map and the status`);
+    return within
+      ? { path: `${within.name}.${name}`, names: { [within.name]: within.attribute, [name]: attribute } }
+      : { path: name, names: { [name]: attribute } };
+  }
+
+  function statusIn(list: readonly S[], placeholders: PlaceholderOptions = {}): ConditionFragment {
+    const { valuePrefix = ':s' } = placeholders;
     if (list.length === 0) throw new RangeError('A status condition needs at least one status');
     if (list.length > MAX_IN_OPERANDS) throw new RangeError(`A status condition takes at most ${MAX_IN_OPERANDS} statuses`);
-    if (!name.startsWith('#')) throw new RangeError(`Name placeholder ${name} must start with #`);
+    const { path, names } = statusPath(placeholders);
     if (!valuePrefix.startsWith(':')) throw new RangeError(`Value placeholder prefix ${valuePrefix} must start with :`);
     const values: Record<string, string> = {};
     list.forEach((s, i) => {
       assertStatus(s, 'Status');
       values[`${valuePrefix}${i}`] = s;
     });
-    return { expression: `${name} IN (${Object.keys(values).join(', ')})`, names: { [name]: attribute }, values };
+    return { expression: `${path} IN (${Object.keys(values).join(', ')})`, names, values };
   }
 
   return Object.freeze({
@@ -130,8 +145,7 @@ export function defineStates<S extends string>(flow: { readonly [K in S]: readon
       }
       const cond = statusIn(starts, placeholders);
       const target = `${placeholders.valuePrefix ?? ':s'}To`;
-      const name = placeholders.name ?? '#status';
-      return { condition: cond.expression, set: `${name} = ${target}`, names: cond.names, values: { ...cond.values, [target]: to } };
+      return { condition: cond.expression, set: `${statusPath(placeholders).path} = ${target}`, names: cond.names, values: { ...cond.values, [target]: to } };
     },
   });
 }

@@ -1,3 +1,5 @@
+import { defineStates, type PlaceholderOptions } from '../store/record-states.ts';
+
 /**
  * A vessel's webhook delivery as stored on the vessel (attribute `webhook`) and as shown in its status record
  * (docs/webhooks.md, "The delivery record"). The vessel is the source of truth; the webhook queue only says "try
@@ -8,8 +10,26 @@
  * the receiver, and records it (`tried` = N) in one conditional write afterwards.
  */
 
-export const WEBHOOK_STATUSES = ['pending', 'delivered', 'failed'] as const;
-export type WebhookStatus = (typeof WEBHOOK_STATUSES)[number];
+/**
+ * A delivery's status flow. An attempt that failed with retries left keeps the round pending (its next attempt is
+ * due); an operator's redelivery starts a new round, pending, whatever became of the last one (docs/webhooks.md,
+ * "Dead letters and redelivery"). Every change is one conditional write on the vessel (webhooks/store.ts).
+ */
+export const WebhookStates = defineStates({
+  pending: ['pending', 'delivered', 'failed'],
+  delivered: ['pending'],
+  failed: ['pending'],
+});
+
+export type WebhookStatus = (typeof WebhookStates.statuses)[number];
+
+/** The status is `webhook.status` on the vessel, beside the vessel's own `status`: placeholders of its own. */
+export const WEBHOOK_STATUS_PLACEHOLDERS = {
+  within: { attribute: 'webhook', name: '#w' },
+  attribute: 'status',
+  name: '#wstatus',
+  valuePrefix: ':ws',
+} as const satisfies PlaceholderOptions;
 
 /** Why a round ended without a delivery. */
 export type WebhookFailure =

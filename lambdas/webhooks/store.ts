@@ -3,22 +3,31 @@ import { conditionalUpdate } from '../store/conditional.ts';
 import { vesselKey, type StoredVessel } from '../vessels/record.ts';
 import { VesselStates } from '../vessels/states.ts';
 import { reconcileShardOf, redriveAt } from '../vessels/store.ts';
-import { CLAIM_STALE_MS, firstRound, type StoredAttempt, type StoredWebhook, type WebhookFailure } from './record.ts';
+import {
+  CLAIM_STALE_MS,
+  firstRound,
+  WEBHOOK_STATUS_PLACEHOLDERS,
+  WebhookStates,
+  type StoredAttempt,
+  type StoredWebhook,
+  type WebhookFailure,
+  type WebhookStatus,
+} from './record.ts';
 
 /**
  * The delivery state on the vessel (attribute `webhook`, record.ts), changed only by the conditional writes below, so
  * two senders holding duplicates of one message never both make an attempt, and a sender that died mid-attempt is
- * taken over once its claim is stale. Only an ended vessel with a callback has a delivery.
+ * taken over once its claim is stale. Every change of its status is a transition of its flow (WebhookStates,
+ * record.ts). Only an ended vessel with a callback has a delivery.
  */
 
 const table = () => env().VESSELS_TABLE;
 
-/** Placeholders for the map's attributes (several are reserved words: status, at, by). */
+/** Placeholders for the map's attributes (several are reserved words: at, by); its status has the flow's (record.ts). */
 const NAMES = {
   '#w': 'webhook',
   '#round': 'round',
   '#tried': 'tried',
-  '#wstatus': 'status',
   '#attempts': 'attempts',
   '#claim': 'claim',
   '#attempt': 'attempt',
@@ -40,15 +49,38 @@ function endedWithCallback() {
 const namesUsedIn = (text: string) =>
   Object.fromEntries(Object.entries(NAMES).filter(([placeholder]) => new RegExp(`${placeholder}(?![A-Za-z0-9_])`).test(text)));
 
-async function update(vesselId: string, input: { condition: string; update: string; values: Record<string, unknown> }): Promise<StoredVessel | undefined> {
+/** The delivery's status fragments, on `webhook.status` (record.ts). */
+const move = (to: WebhookStatus, from?: WebhookStatus) => WebhookStates.transition(to, { ...WEBHOOK_STATUS_PLACEHOLDERS, ...(from ? { from } : {}) });
+const inStatus = (status: WebhookStatus) => {
+  const c = WebhookStates.statusIn([status], WEBHOOK_STATUS_PLACEHOLDERS);
+  return { condition: c.expression, names: c.names, values: c.values };
+};
+
+/**
+ * One conditional write of the delivery: the vessel has ended with a callback, the delivery is in the status `state`
+ * expects (and moves to its `set`, first in `update`'s SET), and `condition` holds.
+ */
+async function update(
+  vesselId: string,
+  input: {
+    state?: { condition: string; set?: string; names: Record<string, string>; values: Record<string, string> };
+    condition: string;
+    update: string;
+    values: Record<string, unknown>;
+  },
+): Promise<StoredVessel | undefined> {
   const ended = endedWithCallback();
+  const { state } = input;
+  const condition = [ended.expression, state?.condition, input.condition].filter((c) => c !== undefined).join(' AND ');
+  if (state?.set && !input.update.startsWith('SET ')) throw new Error('A move of the delivery status sets it in the SET clause');
+  const expression = state?.set ? `SET ${state.set}, ${input.update.slice('SET '.length)}` : input.update;
   const r = await conditionalUpdate({
     TableName: table(),
     Key: vesselKey(vesselId),
-    UpdateExpression: input.update,
-    ConditionExpression: `${ended.expression} AND ${input.condition}`,
-    ExpressionAttributeNames: { ...namesUsedIn(`${ended.expression} ${input.condition} ${input.update}`), ...ended.names },
-    ExpressionAttributeValues: { ...ended.values, ...input.values },
+    UpdateExpression: expression,
+    ConditionExpression: condition,
+    ExpressionAttributeNames: { ...namesUsedIn(`${condition} ${expression}`), ...ended.names, ...state?.names },
+    ExpressionAttributeValues: { ...ended.values, ...state?.values, ...input.values },
     ReturnValues: 'ALL_NEW',
   });
   return r.ok ? (r.attributes as unknown as StoredVessel) : undefined;
@@ -69,11 +101,10 @@ export async function claimAttempt(vessel: StoredVessel, m: { round: number; att
     );
   }
   const updated = await update(vessel.vesselId, {
-    condition:
-      '#w.#round = :round AND #w.#tried = :before AND #w.#wstatus = :pending AND ' +
-      '(attribute_not_exists(#w.#claim) OR #w.#claim.#attempt <> :attempt OR #w.#claim.#at < :stale)',
+    state: inStatus('pending'),
+    condition: '#w.#round = :round AND #w.#tried = :before AND (attribute_not_exists(#w.#claim) OR #w.#claim.#attempt <> :attempt OR #w.#claim.#at < :stale)',
     update: 'SET #w.#claim = :claim',
-    values: { ':round': m.round, ':before': m.attempt - 1, ':pending': 'pending', ':attempt': m.attempt, ':stale': now - CLAIM_STALE_MS, ':claim': claim },
+    values: { ':round': m.round, ':before': m.attempt - 1, ':attempt': m.attempt, ':stale': now - CLAIM_STALE_MS, ':claim': claim },
   });
   return updated !== undefined;
 }
@@ -92,16 +123,9 @@ export async function recordAttempt(
   attempt: StoredAttempt,
   after: AfterAttempt,
 ): Promise<StoredWebhook | undefined> {
-  const sets = ['#w.#tried = :attempt', '#w.#attempts = list_append(#w.#attempts, :one)', '#w.#wstatus = :status'];
+  const sets = ['#w.#tried = :attempt', '#w.#attempts = list_append(#w.#attempts, :one)'];
   const removes = ['#w.#claim'];
-  const values: Record<string, unknown> = {
-    ':round': m.round,
-    ':before': m.attempt - 1,
-    ':attempt': m.attempt,
-    ':by': by,
-    ':one': [attempt],
-    ':status': after.status,
-  };
+  const values: Record<string, unknown> = { ':round': m.round, ':before': m.attempt - 1, ':attempt': m.attempt, ':by': by, ':one': [attempt] };
   if (after.status === 'pending') {
     // Watched by the reconciler until settled: looked at once the next attempt is overdue (its message lost).
     sets.push('#w.#next = :next', 'reconcileAt = :look');
@@ -112,7 +136,9 @@ export async function recordAttempt(
     sets.push('#w.#failure = :failure');
     values[':failure'] = after.failure;
   }
+  // A claim is only ever taken on a pending delivery, and every move out of pending drops it: a held claim means pending.
   const updated = await update(vesselId, {
+    state: move(after.status, 'pending'),
     condition: '#w.#round = :round AND #w.#tried = :before AND #w.#claim.#by = :by',
     update: `SET ${sets.join(', ')} REMOVE ${removes.join(', ')}`,
     values,
@@ -160,8 +186,9 @@ export async function startRound(vessel: StoredVessel, now: number): Promise<Sto
     });
   }
   return update(vessel.vesselId, {
+    state: move('pending'),
     condition: '#w.#round = :round',
-    update: `SET #w.#round = :next, #w.#tried = :zero, #w.#wstatus = :pending, ${watch} REMOVE #w.#claim, #w.#next, #w.#failure, #w.#dl, callbackHandedOffAt`,
-    values: { ':round': vessel.webhook.round, ':next': vessel.webhook.round + 1, ':zero': 0, ':pending': 'pending', ...watchValues },
+    update: `SET #w.#round = :next, #w.#tried = :zero, ${watch} REMOVE #w.#claim, #w.#next, #w.#failure, #w.#dl, callbackHandedOffAt`,
+    values: { ':round': vessel.webhook.round, ':next': vessel.webhook.round + 1, ':zero': 0, ...watchValues },
   });
 }

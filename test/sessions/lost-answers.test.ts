@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
+import { SessionStates, STATE_PLACEHOLDERS, type SessionState } from '../../lambdas/sessions/states.ts';
 import { getSession } from '../../lambdas/sessions/store.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { loseAnswers, type AnswerLoss, type WriteInput } from '../support/lost-answers.ts';
@@ -49,6 +50,12 @@ const onSessions = (input: WriteInput) => input.TableName === process.env.SESSIO
 /** An UpdateItem of the session item `sessionId` whose UpdateExpression holds `part`. */
 const updating = (sessionId: string, part: string) => (input: WriteInput) =>
   onSessions(input) && input.Key?.pk?.S === `session#${sessionId}` && (input.UpdateExpression ?? '').includes(part);
+/** An UpdateItem of the session item `sessionId` moving it to `to` (its transition, sessions/states.ts), and holding `part`. */
+const moving = (sessionId: string, to: SessionState, part = '') => {
+  const t = SessionStates.transition(to, STATE_PLACEHOLDERS);
+  const target = t.set.slice(t.set.indexOf(' = ') + 3);
+  return (input: WriteInput) => updating(sessionId, `${t.set}${part}`)(input) && input.ExpressionAttributeValues?.[target]?.S === to;
+};
 
 describe('a /ws session whose writes each lose their answer once', () => {
   it('session, client tool_use and a success result per turn; a second turn works; stored idle with both turns', async () => {
@@ -64,12 +71,12 @@ describe('a /ws session whose writes each lose their answer once', () => {
     expect(answers.lost).toEqual(['createSession']);
 
     // The moves of the first turn, each losing its answer once (in the order they happen).
-    answers.loseNext('queueTurn', updating(sessionId, '#state = :queued, turn = :turn'));
-    answers.loseNext('claimTurn', updating(sessionId, '#state = :running'));
-    answers.loseNext('pauseTurn', updating(sessionId, '#state = :awaiting'));
+    answers.loseNext('queueTurn', moving(sessionId, 'queued', ', turn = :turn'));
+    answers.loseNext('claimTurn', moving(sessionId, 'running'));
+    answers.loseNext('pauseTurn', moving(sessionId, 'awaiting_tools'));
     answers.loseNext('recordClientResult', updating(sessionId, 'turn.clientResults.#id = :result'));
-    answers.loseNext('queueResume', updating(sessionId, '#state = :queued, turn.queuedAt = :now'));
-    answers.loseNext('endTurn', updating(sessionId, '#state = :idle'));
+    answers.loseNext('queueResume', moving(sessionId, 'queued', ', turn.queuedAt = :now'));
+    answers.loseNext('endTurn', moving(sessionId, 'idle'));
 
     // Turn 1: the model asks for a client tool; the turn pauses for it.
     client.send({ type: 'user', message: 'What time is it? [[tool:device_time {"zone":"CET"}]]' });

@@ -75,11 +75,21 @@ describe('statusIn', () => {
     });
   });
 
+  it('takes a status nested in a map attribute', () => {
+    expect(Vessel.statusIn(['queued', 'running'], { within: { attribute: 'job', name: '#j' }, name: '#js', valuePrefix: ':js' })).toEqual({
+      expression: '#j.#js IN (:js0, :js1)',
+      names: { '#j': 'job', '#js': 'status' },
+      values: { ':js0': 'queued', ':js1': 'running' },
+    });
+  });
+
   it('refuses an empty list, an unknown status and malformed placeholders', () => {
     expect(() => Vessel.statusIn([])).toThrow('A status condition needs at least one status');
     expect(() => Vessel.statusIn(['nope' as never])).toThrow('Status nope is not a status');
     expect(() => Vessel.statusIn(['queued'], { name: 'status' })).toThrow(RangeError);
     expect(() => Vessel.statusIn(['queued'], { valuePrefix: 's' })).toThrow(RangeError);
+    expect(() => Vessel.statusIn(['queued'], { within: { attribute: 'job', name: 'j' } })).toThrow('Name placeholder j must start with #');
+    expect(() => Vessel.statusIn(['queued'], { within: { attribute: 'job', name: '#status' } })).toThrow(RangeError);
   });
 });
 
@@ -105,6 +115,15 @@ describe('transition', () => {
       set: '#st = :xTo',
       names: { '#st': 'state' },
       values: { ':x0': 'running', ':x1': 'queued', ':xTo': 'canceled' },
+    });
+  });
+
+  it('of a status nested in a map attribute: the condition and the SET name the same path', () => {
+    expect(Vessel.transition('running', { within: { attribute: 'job', name: '#j' }, name: '#js', valuePrefix: ':js' })).toEqual({
+      condition: '#j.#js IN (:js0)',
+      set: '#j.#js = :jsTo',
+      names: { '#j': 'job', '#js': 'status' },
+      values: { ':js0': 'queued', ':jsTo': 'running' },
     });
   });
 
