@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { SOAK_FILES, SYSTEM_FILES } from './test/tiers.ts';
 
 /**
  * Powertools Metrics warns "No application metrics to publish…" after every invocation that recorded no metric, even
@@ -8,18 +9,41 @@ import { defineConfig } from 'vitest/config';
  */
 export const EMPTY_METRICS_WARNING = 'No application metrics to publish.';
 
+/**
+ * Most of the suite's wall time is waiting (on a queue, a lease, a simulated upstream's latency), not CPU: more
+ * workers than cores keep both cores busy. Measured on 2 cores: see the README's "Tests".
+ */
+const WORKERS = 4;
+
 export default defineConfig({
   test: {
     // One DynamoDB Local for the whole run; each test file gets its own tables (see test/support/gateway.ts).
     globalSetup: ['test/support/global-setup.ts'],
-    include: ['test/**/*.test.ts'],
     pool: 'forks',
     // The in-process gateways run with the request context the deployed functions and `npm start` use
     // (LAMBDA_NODE_OPTIONS in lib/bundling.ts): AsyncLocalStorage on the async context frame, not async_hooks.
     execArgv: ['--experimental-async-context-frame'],
     testTimeout: 30_000,
     hookTimeout: 120_000,
+    maxWorkers: WORKERS,
     env: { POWERTOOLS_LOG_LEVEL: 'SILENT', POWERTOOLS_METRICS_DISABLED: 'true', POWERTOOLS_DEV: 'true' },
     onConsoleLog: (log) => !log.startsWith(EMPTY_METRICS_WARNING),
+    // The tiers (test/tiers.ts, README "Tests"): `npm test` is `--project unit`.
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['test/**/*.test.ts'],
+          exclude: [...SYSTEM_FILES],
+          // A worker keeps its loaded modules from one file to the next: the handlers' module graph (the AWS SDK,
+          // the MCP SDK…) is loaded once per worker, not once per file. Safe because every per-instance value is
+          // declared in lambdas/instance/state.ts and startGateway resets them (docs/architecture.md).
+          isolate: false,
+        },
+      },
+      { extends: true, test: { name: 'system', include: [...SYSTEM_FILES] } },
+      { extends: true, test: { name: 'soak', include: [...SOAK_FILES], env: { TEST_SCALE: 'full', FUZZ_RUNS: '3' } } },
+    ],
   },
 });

@@ -94,8 +94,7 @@ export type LocalFunction = {
   /** The name in the Lambda context and in local error lines (`ConjureApi` → `conjure-api`). */
   readonly functionName: string;
   readonly timeoutMs: number;
-} & /** Requests whose path is one of `paths` or under it, as a function-URL event to a streaming handler. */
-(
+} /** Requests whose path is one of `paths` or under it, as a function-URL event to a streaming handler. */ & (
   | { readonly kind: 'streaming-url'; readonly paths: readonly string[] }
   /** Requests matching `routes` (and any path no other function serves), as an API Gateway REST proxy event. */
   | { readonly kind: 'rest'; readonly routes: readonly RestRoute[] }
@@ -215,7 +214,11 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const dataDir = opts.dataDir ? resolve(opts.dataDir) : undefined;
   if (dataDir) privateDataDir(dataDir);
   const prefix = opts.tablePrefix ?? 'gateway';
-  const cleanups: (() => Promise<void> | void)[] = [];
+  // What the gateway sets in the environment is given back when it stops: a later gateway of this process (the next
+  // test file of a vitest worker, which keeps its process from file to file) starts from the same environment.
+  const environmentBefore = { ...process.env };
+  const environmentSet: Record<string, string> = {};
+  const cleanups: (() => Promise<void> | void)[] = [() => restoreEnvironment(environmentBefore, environmentSet)];
   const stopAll = async () => {
     for (const fn of cleanups.reverse()) await fn();
   };
@@ -305,6 +308,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       ...upstreamEnv,
       ...opts.env,
     });
+    for (const [key, value] of Object.entries(process.env)) if (value !== undefined && value !== environmentBefore[key]) environmentSet[key] = value;
     resetInstanceState();
 
     // Handlers are loaded only now: middy reads the awslambda globals and the handlers read the environment at load.
@@ -440,6 +444,18 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   } catch (err) {
     await stopAll();
     throw err;
+  }
+}
+
+/**
+ * Puts back what a gateway changed in process.env since `before`, key by key — except a key that something else (a
+ * gateway started later in the same process, still running) has changed again since.
+ */
+function restoreEnvironment(before: Readonly<Record<string, string | undefined>>, set: Readonly<Record<string, string>>): void {
+  for (const [key, value] of Object.entries(set)) {
+    if (process.env[key] !== value) continue;
+    if (before[key] === undefined) delete process.env[key];
+    else process.env[key] = before[key];
   }
 }
 

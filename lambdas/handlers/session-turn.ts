@@ -1,12 +1,9 @@
-import middy from '@middy/core';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { sqsConsumer } from '../queues/consumer.ts';
 import { processTurnMessage } from '../sessions/turn.ts';
-import { observability } from './middleware.ts';
+import { gatewayFunction } from './middleware.ts';
 
 const consume = sqsConsumer((body) => processTurnMessage(body));
 
 /** The turn queue's consumer: each message is one segment of a /ws turn, streamed to its connection (docs/ws.md). */
-export const handler = middy<SQSEvent, SQSBatchResponse>()
-  .use(observability())
-  .handler((event, context) => consume(event, context));
+export const handler = gatewayFunction<SQSEvent, SQSBatchResponse>((event, context) => consume(event, context));

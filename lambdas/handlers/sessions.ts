@@ -1,10 +1,7 @@
-import middy from '@middy/core';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { webSocketEventFrom, type WebSocketLambdaEvent } from '../http/websocket.ts';
 import { handleSocketEvent } from '../sessions/socket.ts';
-import { observability } from './middleware.ts';
+import { gatewayFunction } from './middleware.ts';
 
 /** The /ws WebSocket API's one function: $connect (the token), $default (frames), $disconnect (docs/ws.md). */
-export const handler = middy<WebSocketLambdaEvent, APIGatewayProxyStructuredResultV2>()
-  .use(observability())
-  .handler((event) => handleSocketEvent(webSocketEventFrom(event)));
+export const handler = gatewayFunction<WebSocketLambdaEvent, APIGatewayProxyStructuredResultV2>((event) => handleSocketEvent(webSocketEventFrom(event)));

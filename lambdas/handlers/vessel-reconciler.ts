@@ -1,14 +1,11 @@
-import middy from '@middy/core';
 import type { ScheduledEvent } from 'aws-lambda';
 import { reconcileVessels } from '../vessels/reconciler.ts';
-import { observability } from './middleware.ts';
+import { gatewayFunction } from './middleware.ts';
 
 /**
  * Every minute (and locally at start-up and periodically): re-drives vessels that are due but not moving, retries or
  * fails executing ones whose executor stopped (docs/incubate.md, "The table is the source of truth").
  */
-export const handler = middy<ScheduledEvent, void>()
-  .use(observability())
-  .handler(async () => {
-    await reconcileVessels();
-  });
+export const handler = gatewayFunction<ScheduledEvent, void>(async () => {
+  await reconcileVessels();
+});

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { onInstanceReset } from './state.ts';
 
 /**
@@ -13,48 +14,79 @@ import { onInstanceReset } from './state.ts';
  *                                     `holdResponse` tied to the response (a stream's settlement) have ended
  *
  * A response is named by an object that stands for it: `httpApp`'s access record, which code below a route reaches
- * through `accessRecord()`. Every function of the manifest ends with `await unfinishedWork()`, through the one middy
- * set-up of lambdas/handlers/middleware.ts (requestEnd: for a streaming function, after its response has been piped).
+ * through `accessRecord()`. Every function of the manifest runs each invocation in a scope of its own
+ * (`ownUnfinishedWork`) and ends it with `await unfinishedWork()`, through the one middy set-up of
+ * lambdas/handlers/middleware.ts (in requestEnd: for a streaming function, after its response has been piped).
  */
-const running = new Set<Promise<unknown>>();
-const deferred = new Set<() => unknown>();
+/** Work registered in one scope: an invocation's own (`ownUnfinishedWork`), or the instance's, outside any. */
+interface Scope {
+  running: Set<Promise<unknown>>;
+  deferred: Set<() => unknown>;
+}
+const instanceScope: Scope = { running: new Set(), deferred: new Set() };
+const invocation = new AsyncLocalStorage<Scope>();
+/** Everything registered and not yet ended, in every scope: what `unfinishedCount` reports. */
+const all = { running: new Set<Promise<unknown>>(), deferred: new Set<() => unknown>() };
 onInstanceReset(() => {
-  running.clear();
-  deferred.clear();
+  for (const set of [instanceScope.running, instanceScope.deferred, all.running, all.deferred]) set.clear();
 });
 
-export function finishBeforeReturn<T>(work: Promise<T>): Promise<T> {
-  const tracked = work.finally(() => running.delete(tracked));
-  running.add(tracked);
+const currentScope = (): Scope => invocation.getStore() ?? instanceScope;
+
+/**
+ * Runs one invocation with a scope of its own, so that its `unfinishedWork()` waits for what it registered rather
+ * than for other requests' work: in the local runtime one process serves every function at once, and an answer
+ * must not wait for another client's /prompt run. Work registered where the invocation's context is lost (a
+ * response stream's callbacks) goes to the instance's scope, which every invocation drains as well.
+ */
+export function ownUnfinishedWork<T>(invoke: () => Promise<T>): Promise<T> {
+  return invocation.run({ running: new Set(), deferred: new Set() }, invoke);
+}
+
+function track<T>(scope: Scope, work: Promise<T>): Promise<T> {
+  const tracked = work.finally(() => {
+    scope.running.delete(tracked);
+    all.running.delete(tracked);
+  });
+  scope.running.add(tracked);
+  all.running.add(tracked);
   return tracked;
+}
+
+export function finishBeforeReturn<T>(work: Promise<T>): Promise<T> {
+  return track(currentScope(), work);
 }
 
 /**
  * Registers work that starts later, and returns its starter: calling it the first time starts the work (tracked
- * like `finishBeforeReturn`), every call returns the same promise.
+ * like `finishBeforeReturn`, in the scope that registered it), every call returns the same promise.
  */
 export function deferUntilReturn<T>(work: () => Promise<T>): () => Promise<T> {
+  const scope = currentScope();
   let started: Promise<T> | undefined;
   const start = (): Promise<T> => {
     if (!started) {
-      deferred.delete(start);
-      started = finishBeforeReturn(work());
+      scope.deferred.delete(start);
+      all.deferred.delete(start);
+      started = track(scope, work());
     }
     return started;
   };
-  deferred.add(start);
+  scope.deferred.add(start);
+  all.deferred.add(start);
   return start;
 }
 
 /**
- * Starts whatever was deferred and waits for all work running now. Only for what is running now: in the local
- * runtime other requests keep adding work, and waiting for the set to empty would wait for a quiet moment. An
- * invocation's own work is all registered by the time its handler ends (its access line, chained on its
- * settlements, included).
+ * Starts whatever the invocation (and the instance) deferred and waits for all of it that is running now. Only for
+ * what is running now: in the local runtime other requests keep adding work to the instance's scope, and waiting
+ * for it to empty would wait for a quiet moment. An invocation's own work is all registered by the time its handler
+ * ends (its access line, chained on its settlements, included).
  */
 export async function unfinishedWork(): Promise<void> {
-  for (const start of [...deferred]) start();
-  await Promise.allSettled([...running]);
+  const scopes = [...new Set([currentScope(), instanceScope])];
+  for (const scope of scopes) for (const start of [...scope.deferred]) start();
+  await Promise.allSettled(scopes.flatMap((scope) => [...scope.running]));
 }
 
 /** What waits for one response's delivery: tasks not started yet, and work that must end before it counts as done. */
@@ -102,7 +134,7 @@ async function released(response: object, work: ResponseWork): Promise<void> {
   responses.delete(response);
 }
 
-/** How much work is still unfinished (running or deferred). */
+/** How much work is still unfinished (running or deferred), in every scope. */
 export function unfinishedCount(): number {
-  return running.size + deferred.size;
+  return all.running.size + all.deferred.size;
 }

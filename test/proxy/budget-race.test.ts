@@ -5,6 +5,10 @@ import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import type { MessagesRequest } from '../../lambdas/providers/types.ts';
 import { worstCaseMicros, worstCaseOf } from '../../lambdas/metering/reservation.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { scaled } from '../support/scale.ts';
+
+/** Concurrent requests: 50 in `npm test`, 300 in the soak tier. */
+const RACERS = scaled(50, 300);
 
 let gw: TestGateway;
 
@@ -24,7 +28,7 @@ afterAll(() => gw?.stop());
  * the ledger sees, the final spend is within the budget and equals Σ tokens × price of the answers delivered.
  */
 describe('budget race', () => {
-  it('300 concurrent requests with mixed max_tokens (up to 64,000): used ≤ budget, ledger = Σ charges exactly, no hold', async () => {
+  it(`${RACERS} concurrent requests with mixed max_tokens (up to 64,000): used ≤ budget, ledger = Σ charges exactly, no hold`, async () => {
     const pricing = priceFor('claude-sonnet-4-6', 'anthropic')!;
     const sizes = [200, 1_000, 8_000, 32_000, 64_000];
     const paramsFor = (i: number) => ({
@@ -38,7 +42,7 @@ describe('budget race', () => {
     const client = gw.client(await gw.token({ user: 'racer', budget: claim }));
 
     const results = await Promise.allSettled(
-      Array.from({ length: 300 }, (_, i) =>
+      Array.from({ length: RACERS }, (_, i) =>
         // (the SDK insists on streaming for large max_tokens; the rest alternate between JSON and SSE)
         i % 2 === 0 || paramsFor(i).max_tokens >= 32_000 ? client.messages.stream(paramsFor(i)).finalMessage() : client.messages.create(paramsFor(i)),
       ),
@@ -46,7 +50,7 @@ describe('budget race', () => {
     const ok = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value as Anthropic.Message] : []));
     const refused = results.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason as unknown);
     expect(ok.length).toBeGreaterThanOrEqual(5);
-    expect(ok.length + refused.length).toBe(300);
+    expect(ok.length + refused.length).toBe(RACERS);
     for (const err of refused) expect(err).toBeInstanceOf(Anthropic.RateLimitError);
     // some answers were clamped to fit what was left
     expect(ok.some((m) => m.stop_reason === 'max_tokens')).toBe(true);

@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
-import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ChangeMessageVisibilityCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sqsClient } from '../../bin/local/queues.ts';
 import type { VesselView } from '../../lambdas/vessels/record.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
@@ -15,6 +15,9 @@ import { receiverPool, type ReceivedRequest } from './receiver.ts';
  * land on the webhook dead-letter queue with the vessel's record saying `failed`.
  *
  * The schedule has its real shape (1 + 7 attempts) with every wait shortened to 1 s (WEBHOOK_RETRY_WAITS).
+ *
+ * The tests run concurrently: each has its own vessel and its own receiver (closed when the file ends), and what one
+ * waits for (a retry wait, a quiet period proving that no further attempt comes) overlaps with the others' waits.
  */
 
 const WAITS = '1,1,1,1,1,1,1';
@@ -32,10 +35,8 @@ beforeAll(async () => {
   gw = await startTestGateway({ env: { WEBHOOK_RETRY_WAITS: WAITS } });
   token = await gw.token({ user: 'webhook-retries' });
 });
-afterEach(async () => {
-  await receivers.closeAll();
-});
 afterAll(async () => {
+  await receivers.closeAll();
   await gw?.stop();
 });
 
@@ -88,25 +89,25 @@ function expectSignedAttempts(requests: ReceivedRequest[], vesselId: string): vo
   }
 }
 
-/** Every message of the webhook dead-letter queue that is about `vesselId` (read until the queue has no more). */
+/**
+ * Every message of the webhook dead-letter queue that is about `vesselId` (read until the queue has no message not
+ * seen yet). The tests run concurrently and share the queue: another vessel's letter is made visible again at once.
+ */
 async function deadLettersOf(vesselId: string): Promise<unknown[]> {
   const sqs = sqsClient(gw.queues.endpoint);
+  const QueueUrl = gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL;
   try {
     const found: unknown[] = [];
+    const seen = new Set<string>();
     for (;;) {
-      const out = await sqs.send(
-        new ReceiveMessageCommand({
-          QueueUrl: gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL,
-          MaxNumberOfMessages: 10,
-          WaitTimeSeconds: 1,
-          VisibilityTimeout: 120,
-        }),
-      );
-      const messages = out.Messages ?? [];
-      if (messages.length === 0) return found;
-      for (const m of messages) {
+      const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 120 }));
+      const fresh = (out.Messages ?? []).filter((m) => !seen.has(m.MessageId!));
+      if (fresh.length === 0) return found;
+      for (const m of fresh) {
+        seen.add(m.MessageId!);
         const body = JSON.parse(m.Body ?? 'null') as { vesselId?: string } | null;
         if (body?.vesselId === vesselId) found.push(body);
+        else await sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
       }
     }
   } finally {
@@ -114,7 +115,7 @@ async function deadLettersOf(vesselId: string): Promise<unknown[]> {
   }
 }
 
-describe('retries (WEBHOOK_RETRY_WAITS shortened to 1 s each)', () => {
+describe.concurrent('retries (WEBHOOK_RETRY_WAITS shortened to 1 s each)', () => {
   it('fails twice, then succeeds: exactly three attempts, same webhook-id and body bytes, each signed for its own timestamp', async () => {
     const rx = await receiver();
     rx.answer({ status: 500 }, { status: 500 });
@@ -287,8 +288,12 @@ describe('retries (WEBHOOK_RETRY_WAITS shortened to 1 s each)', () => {
     expect(stored!.webhook).toMatchObject({ status: 'failed', failure: 'exhausted', round: 1, tried: ATTEMPTS, deadLetteredAt: expect.any(Number) });
     expect(stored!.webhook!.deadLetteredAt!).toBeGreaterThanOrEqual(Date.parse(rec.webhook.attempts.at(-1)!.time));
 
-    // Exactly one dead letter, in the documented shape.
-    const letters = await deadLettersOf(vesselId);
+    // Exactly one dead letter, in the documented shape (read again if a concurrent test held it for a moment).
+    const letters = await pollUntil(
+      () => deadLettersOf(vesselId),
+      (found) => found.length > 0,
+      { timeoutMs: 30_000, what: 'the dead letter' },
+    );
     expect(letters).toHaveLength(1);
     expect(letters[0]).toEqual({
       vesselId,

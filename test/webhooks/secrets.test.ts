@@ -7,9 +7,12 @@ import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { verifyWebhook } from 'prompt-gateway/webhooks';
 
-// Before any module (the Powertools logger reads its level once, when it is created): every line the code has.
-vi.hoisted(() => {
+// Before any module (the Powertools logger reads its level when it is created, and again at an instance reset):
+// every line the code has. Given back when the file ends: the worker runs other files after this one.
+const levelBefore = vi.hoisted(() => {
+  const before = process.env.POWERTOOLS_LOG_LEVEL;
   process.env.POWERTOOLS_LOG_LEVEL = 'DEBUG';
+  return before;
 });
 
 import { main } from '../../bin/gateway.ts';
@@ -229,6 +232,9 @@ afterAll(async () => {
   for (const restore of restores.splice(0)) restore();
   await Promise.all([rxA?.close(), rxB?.close(), rxC?.close()]);
   await gw?.stop();
+  if (levelBefore === undefined) delete process.env.POWERTOOLS_LOG_LEVEL;
+  else process.env.POWERTOOLS_LOG_LEVEL = levelBefore;
+  logger.setLogLevel((levelBefore ?? 'INFO') as Parameters<typeof logger.setLogLevel>[0]);
 });
 
 describe('a scenario that uses one callback secret everywhere', () => {

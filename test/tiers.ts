@@ -1,0 +1,27 @@
+/**
+ * The test suite's three tiers (README, "Tests"). `npm test` runs everything that is not listed here, at the scale
+ * written in each file; the two other tiers hold what needs whole processes, real kills or minutes of wall time.
+ * vitest.config.ts builds one vitest project per tier from these lists, so a file is in exactly one tier (soak files
+ * excepted: they run in `npm test` at a smaller scale, see `scaled`).
+ */
+
+/**
+ * `npm run test:system`: whole processes and real engines — `kill -9` crash tests, client disconnects at the socket,
+ * the engines `npm start` starts, `cdk synth` and the Lambda bundles, the real Claude Code.
+ */
+export const SYSTEM_FILES = [
+  'test/vessels/crash.test.ts',
+  'test/sessions/crash.test.ts',
+  'test/local/disconnect.test.ts',
+  'test/vessels/disconnect.test.ts',
+  'test/local/engines.test.ts',
+  'test/lib/synth.test.ts',
+  'test/lib/handlers.test.ts',
+  'test/clients/claude-code.test.ts',
+] as const;
+
+/**
+ * `npm run test:soak`: the same properties as in `npm test`, at full scale (TEST_SCALE=full): 1,000 vessels on a
+ * 2-slot tier, 300-way contention on one user's budget, the fuzz properties at three times their runs.
+ */
+export const SOAK_FILES = ['test/vessels/concurrency.test.ts', 'test/proxy/budget-race.test.ts', 'test/fuzz/*.fuzz.test.ts'] as const;
