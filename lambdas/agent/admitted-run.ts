@@ -3,7 +3,7 @@ import { settle, type Reservation } from '../budgets/ledger.ts';
 import { MAX_INVOCATION_SECONDS } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import type { RunAdmission } from '../plans/admission.ts';
-import { keepLeaseAlive, releaseLease } from '../plans/leases.ts';
+import { giveBackLease, keepLeaseAlive } from '../plans/leases.ts';
 import type { Ticker } from '../scheduling/watch.ts';
 import type { SessionOptions } from './options.ts';
 import type { RunEvent, RunResult } from './result.ts';
@@ -12,7 +12,7 @@ import { runAgent, runAgentSegment, type RunInput, type RunOutcome } from './run
 /**
  * One agent run under an admission (plans/admission.ts), for every caller of the runtime — a /prompt request, an
  * executing vessel, a /ws turn — so they hold, renew and give back the same things the same way:
- * - the lease is renewed while the run lives and released when it ends;
+ * - the lease is renewed while the run lives and given back when it ends, which wakes a vessel parked for the slot;
  * - the run's wall-clock seconds, rounded up, settle its compute reservation (never above what it held) and are
  *   added to the developer's month;
  * - the model calls are reserved and settled by the metered call itself (metering/call.ts).
@@ -40,11 +40,6 @@ export interface AdmittedRunInput {
   onLeaseLost?: (reason: 'expired' | 'not_held') => void;
   /** The caller's watch timer (a vessel's, a /ws turn's): the lease renewals ride on it, so the run has one timer. */
   ticker?: Ticker;
-  /**
-   * Called once the lease is given back, with the developer whose slot it freed: the vessels waiting for that slot
-   * are woken here (vessels/park.ts `wakeParkedVessels`). Awaited; it must not throw.
-   */
-  onReleased?: (developerId: string) => Promise<unknown>;
 }
 
 export function runAdmitted(input: AdmittedRunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
@@ -76,7 +71,8 @@ async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Pr
     });
   } finally {
     heartbeat.stop();
-    await Promise.allSettled([releaseLease(heartbeat.current()).then(() => input.onReleased?.(admission.developerId)), chargeCompute(compute, started)]);
+    // Giving the lease back wakes whoever waits for the developer's slot (plans/leases.ts `onCapacityFreed`).
+    await Promise.allSettled([giveBackLease(heartbeat.current()), chargeCompute(compute, started)]);
   }
 }
 

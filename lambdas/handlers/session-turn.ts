@@ -2,6 +2,9 @@ import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { sqsConsumer } from '../queues/consumer.ts';
 import { processTurnMessage } from '../sessions/turn.ts';
 import { gatewayFunction } from './middleware.ts';
+// A run's end gives its lease back, which wakes the developer's oldest vessel parked for the slot: park.ts registers
+// that wake when loaded (plans/leases.ts onCapacityFreed; the manifest grants this function the access it needs).
+import '../vessels/park.ts';
 
 const consume = sqsConsumer((body) => processTurnMessage(body));
 

@@ -7,7 +7,7 @@ import type { Developer } from '../registry/model.ts';
 import { getDeveloper } from '../registry/registry.ts';
 import { developerComputeUsed } from '../budgets/developer-month.ts';
 import { developerAllowance, type DeveloperAllowance } from './compute.ts';
-import { acquireLease, releaseLease, type Lease, type LiveLease, type RunKind } from './leases.ts';
+import { acquireLease, giveBackLease, releaseLease, type Lease, type LiveLease, type RunKind } from './leases.ts';
 import { tierFor, type Tier } from './tiers.ts';
 
 /**
@@ -18,7 +18,7 @@ import { tierFor, type Tier } from './tiers.ts';
  *    change counts from the next run);
  * 3. with `maxSeconds`, the user's budget: neither meter may be spent (429 user_budget_exhausted), and the run's
  *    compute is reserved — as many seconds as remain, up to `maxSeconds`, which is then the run's deadline.
- * The run holds the lease while it lives (`keepLeaseAlive`), releases it when it ends (`releaseLease`), and settles
+ * The run holds the lease while it lives (`keepLeaseAlive`), gives it back when it ends (`giveBackLease`), and settles
  * the compute reservation with the seconds it used, which charges the developer's month too (budgets/ledger.ts).
  */
 export type RunAdmission = Refusable<{ lease: Lease; tier: Tier; developerId: string; compute?: RunCompute }>;
@@ -40,6 +40,7 @@ export async function admitRun(caller: Caller, run: { sessionId: string; kind: R
   if (run.maxSeconds === undefined) return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId };
   const reserved = await reserveRunCompute(caller, developer.developerId, run.maxSeconds, now);
   if (!reserved.ok) {
+    // Taken a moment ago and never run on: removed as it was, with no wake for those waiting for capacity.
     await releaseLease(acquired.lease);
     return reserved;
   }
@@ -61,9 +62,17 @@ export async function developerPlan(caller: Caller, now = new Date()): Promise<R
   return { ok: true, developer };
 }
 
-/** Gives back what an admission took, for a run that will not start after all: the lease and the compute hold. */
+/**
+ * Gives back what an admission took, for a run that will not start after all: the compute hold, then the lease
+ * (`giveBackLease`, which wakes whoever waits for the slot): a vessel woken for it may be the same user's, and must find
+ * the hold gone.
+ */
 export async function withdrawAdmission(admission: Extract<RunAdmission, { ok: true }>): Promise<void> {
-  await Promise.all([releaseLease(admission.lease), admission.compute ? settle(admission.compute.reservation, { ai: 0, compute: 0 }) : undefined]);
+  try {
+    if (admission.compute) await settle(admission.compute.reservation, { ai: 0, compute: 0 });
+  } finally {
+    await giveBackLease(admission.lease);
+  }
 }
 
 /**

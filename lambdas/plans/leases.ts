@@ -170,9 +170,42 @@ export async function renewLease(lease: Lease, now = new Date()): Promise<RenewR
   return { ok: false, reason: seen && seen.sessionId === lease.sessionId ? 'expired' : 'not_held' };
 }
 
-/** Gives the lease back. Releasing twice, or after the lease expired and was swept, changes nothing. */
+/**
+ * Removes the lease. Removing twice, or after the lease expired and was swept, changes nothing. It tells no one: a
+ * run gives its lease back with `giveBackLease`.
+ */
 export async function releaseLease(lease: Lease): Promise<{ released: boolean }> {
   return { released: await removeLease(lease.developerId, lease.leaseId, 'leases.#id.sessionId = :session', { ':session': lease.sessionId }) };
+}
+
+/** Called with the developer whose slot a run has just given back. Awaited; it must not throw. */
+export type CapacityListener = (developerId: string) => Promise<unknown>;
+
+const capacityListeners = new Set<CapacityListener>();
+
+/**
+ * Registers who waits for a developer's capacity: the vessels parked for a slot (vessels/park.ts registers their wake
+ * when it is loaded). A registration, not an import, because vessels import plans. Every function that runs agents
+ * loads park.ts from its entry, as its manifest entry's access to the vessels table and the run queue says
+ * (test/plans/capacity.test.ts checks that each does). Returns what removes the listener again.
+ */
+export function onCapacityFreed(listener: CapacityListener): () => void {
+  capacityListeners.add(listener);
+  return () => capacityListeners.delete(listener);
+}
+
+/** How many listeners wait for capacity in this process (for the check that every run's function has them). */
+export const capacityListenerCount = () => capacityListeners.size;
+
+/**
+ * Gives a run's lease back: removes it, then tells whoever waits for the developer's capacity (`onCapacityFreed`), so
+ * no caller of the agent runtime has to remember to. They are told even when the lease was no longer there: one that
+ * lapsed freed its slot too.
+ */
+export async function giveBackLease(lease: Lease): Promise<{ released: boolean }> {
+  const out = await releaseLease(lease);
+  await Promise.allSettled([...capacityListeners].map((listener) => listener(lease.developerId)));
+  return out;
 }
 
 /** The developer's live leases, oldest first (for the 429 body and `developer show`). */

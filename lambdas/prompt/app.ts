@@ -14,7 +14,6 @@ import { CONJURE_ENVELOPE } from '../refusals/conjure.ts';
 import { describeIssue } from '../refusals/describe.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { encodeSse } from '../streaming/sse.ts';
-import { wakeParkedVessels } from '../vessels/park.ts';
 
 /**
  * POST /prompt (docs/prompt.md): a one-shot agent run, answered as JSON or — with `Accept: text/event-stream` — as
@@ -57,8 +56,6 @@ async function handlePrompt(req: Request): Promise<Response> {
       started,
       signal: abort.signal,
       onEvent: (event) => push?.(encodeSse('message', event)),
-      // The slot this run held may be what a parked vessel of the developer is waiting for.
-      onReleased: (developerId) => wakeParkedVessels(developerId),
     }),
   );
 

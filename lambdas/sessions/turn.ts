@@ -6,7 +6,6 @@ import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { admitRun } from '../plans/admission.ts';
 import { MalformedMessageError } from '../queues/consumer.ts';
-import { wakeParkedVessels } from '../vessels/park.ts';
 import { errorFrame, refusalFrame, type ServerFrame } from './frames.ts';
 import { FrameOutbox } from './outbox.ts';
 import { conversationWithoutTurn, pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
@@ -118,8 +117,6 @@ async function runSegment(
       signal: abort.signal,
       ticker: watch.ticker,
       onEvent: (event) => outbox.send(event),
-      // The slot this turn held may be what a parked vessel of the developer is waiting for.
-      onReleased: (developerId) => wakeParkedVessels(developerId),
     });
   } finally {
     watch.stop();

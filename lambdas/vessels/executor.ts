@@ -10,7 +10,7 @@ import type { Refusal } from '../refusals/refusal.ts';
 import { endVessel } from './end.ts';
 import { endedWithoutRun, runOutput, type StoredVessel } from './record.ts';
 import { isWaiting } from './states.ts';
-import { parkVessel, wakeParkedVessels } from './park.ts';
+import { parkVessel } from './park.ts';
 import { getVessel, moveVessel } from './store.ts';
 import { delayUntil } from '../scheduling/delay.ts';
 import { putBackIfEarly } from '../scheduling/early.ts';
@@ -87,7 +87,6 @@ async function start(vessel: StoredVessel, admission: Extract<RunAdmission, { ok
   if (!started.ok) {
     // Canceled, or started by another delivery, between the read and the move: the slot goes to the next in line.
     await withdrawAdmission(admission);
-    await wakeParkedVessels(admission.developerId);
     return;
   }
   await execute(started.vessel, admission, now.getTime());
@@ -135,7 +134,6 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
       started,
       signal: abort.signal,
       ticker: watch.ticker,
-      onReleased: (developerId) => wakeParkedVessels(developerId),
       onLeaseLost: () => {
         leaseLost = true;
         abort.abort('The run lost its concurrency lease (the executor stalled)');

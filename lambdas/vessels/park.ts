@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
+import { onCapacityFreed } from '../plans/leases.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { VESSELS_PARKED_INDEX } from '../store/tables.ts';
 import type { StoredVessel } from './record.ts';
@@ -13,9 +14,10 @@ import { sendRunMessage } from './trigger.ts';
  * slot of its developer taken is **parked**: QUEUED, in the table's `parked` index under its developer, in the order
  * it started waiting — and nothing of it stays in the run queue, so a developer with a thousand waiting vessels does
  * not crowd the queue every other developer's vessels go through. Whenever a run of the developer ends and gives its
- * lease back, the oldest parked vessel is woken (a new trigger on the queue). The reconciler is the safety net for a
- * wake that never came (a slot freed by a crashed run): it looks at parked vessels every PARK_CHECK_SECONDS and wakes
- * them when their developer has room.
+ * lease back, the oldest parked vessel is woken (a new trigger on the queue): giving a lease back tells the listeners
+ * of plans/leases.ts, and this module registers the wake there when it is loaded. The reconciler is the safety net
+ * for a wake that never came (a slot freed by a crashed run): it looks at parked vessels every PARK_CHECK_SECONDS and
+ * wakes them when their developer has room.
  */
 
 /** How long a parked vessel waits before the reconciler checks whether its developer has room after all. */
@@ -60,6 +62,9 @@ export async function wakeParkedVessels(developerId: string, count = 1, now = ne
   }
   return woken;
 }
+
+// Every run's end, whoever ran it (a /prompt run, a vessel, a /ws turn), wakes the oldest vessel parked for its slot.
+onCapacityFreed((developerId) => wakeParkedVessels(developerId));
 
 /** Takes one parked vessel out of the line with a new trigger and sends it; false when it had moved meanwhile. */
 export async function wakeVessel(v: StoredVessel, now: Date): Promise<boolean> {

@@ -3,7 +3,17 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { env } from '../../lambdas/config/env.ts';
 import { LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../../lambdas/config/timing.ts';
-import { acquireLease, keepLeaseAlive, liveLeases, releaseLease, renewLease, type Lease, type LeaseHolder } from '../../lambdas/plans/leases.ts';
+import {
+  acquireLease,
+  giveBackLease,
+  keepLeaseAlive,
+  liveLeases,
+  onCapacityFreed,
+  releaseLease,
+  renewLease,
+  type Lease,
+  type LeaseHolder,
+} from '../../lambdas/plans/leases.ts';
 import { TIERS } from '../../lambdas/plans/tiers.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -178,6 +188,45 @@ describe('keepLeaseAlive', () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(lost).toHaveBeenCalledTimes(1);
     orphan.stop();
+  });
+});
+
+describe('giveBackLease', () => {
+  it("removes the lease, then tells those waiting for the developer's capacity, even when it was gone already", async () => {
+    const dev = developer();
+    const told: number[] = [];
+    const listening = [
+      // What a listener sees when it is told: the slot is free already.
+      onCapacityFreed(async (d) => {
+        if (d === dev) told.push((await liveLeases(dev)).length);
+      }),
+      // One listener that fails (it must not) keeps neither the others nor the caller from going on.
+      onCapacityFreed(async () => {
+        throw new Error('a listener that fails');
+      }),
+    ];
+    try {
+      const lease = held(await acquireLease(dev, holder(), 1));
+      expect(await giveBackLease(lease)).toEqual({ released: true });
+      expect(told).toEqual([0]);
+      expect(await giveBackLease(lease)).toEqual({ released: false });
+      expect(told).toEqual([0, 0]);
+    } finally {
+      for (const stop of listening) stop();
+    }
+  });
+
+  it('releaseLease alone removes the lease and tells no one', async () => {
+    const dev = developer();
+    const told = vi.fn(async () => undefined);
+    const stop = onCapacityFreed(async (d) => (d === dev ? told() : undefined));
+    try {
+      const lease = held(await acquireLease(dev, holder(), 1));
+      expect(await releaseLease(lease)).toEqual({ released: true });
+      expect(told).not.toHaveBeenCalled();
+    } finally {
+      stop();
+    }
   });
 });
 
