@@ -14,7 +14,7 @@ import { scheduleNameOf, triggerVessel } from './trigger.ts';
 /**
  * Accepting a vessel (POST /incubate, and each item of a batch): claim the idempotency key and store the vessel in
  * one transaction, then trigger it. A trigger the queue or the scheduler refuses undoes both, so nothing is left
- * that would never run and the key is free for the retry (DESIGN §6).
+ * that would never run and the key is free for the retry (docs/incubate.md, "Idempotency").
  */
 
 /** What every vessel of one request shares. */

@@ -11,7 +11,7 @@ import { DAY_SECONDS } from '../store/epoch.ts';
  * validated exactly as a /prompt run's.
  */
 
-/** How far ahead a vessel may be scheduled (DESIGN §6). */
+/** How far ahead a vessel may be scheduled (docs/incubate.md, "Scheduling"). */
 export const MAX_SCHEDULE_AHEAD_SECONDS = 365 * DAY_SECONDS;
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 export const MAX_BATCH_ITEMS = 100;
@@ -40,7 +40,7 @@ export const Callback = z.strictObject({
 });
 export type Callback = z.infer<typeof Callback>;
 
-/** When to run: `executeAt` wins over `ttl` (DESIGN §6). */
+/** When to run: `executeAt` wins over `ttl` (docs/incubate.md, "Scheduling"). */
 const Timing = {
   ttl: z
     .number({ error: 'ttl must be a number of seconds' })

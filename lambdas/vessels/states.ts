@@ -1,7 +1,7 @@
 import { defineStates } from '../store/record-states.ts';
 
 /**
- * A vessel's status flow (docs/incubate.md, "Lifecycle"; DESIGN §6), the one place it is written down:
+ * A vessel's status flow (docs/incubate.md, "Lifecycle"), the one place it is written down:
  *
  *   PENDING ──due──▶ QUEUED ──lease──▶ EXECUTING ──▶ COMPLETED | FAILED
  *      │               │                  │  └──executor died, attempts left──▶ QUEUED

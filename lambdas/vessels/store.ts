@@ -16,7 +16,7 @@ import { VesselStates, type VesselStatus } from './states.ts';
  *   idem#<projectId>#<sha256(key)>        { vesselId, fingerprint, idempotencyKey }, kept 30 days
  */
 
-/** Idempotency keys, and ended vessels, are kept this long (DESIGN §6). */
+/** Idempotency keys, and ended vessels, are kept this long (docs/incubate.md, "Retention"). */
 export const RETENTION_SECONDS = 30 * DAY_SECONDS;
 /** Shards of the reconcile index's partition key, so watched vessels do not all sit in one partition. */
 export const RECONCILE_SHARDS = 4;

@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 
 /**
- * The two signatures a webhook delivery carries (docs/webhooks.md, DESIGN §7), computed once here for the sender
+ * The two signatures a webhook delivery carries (docs/webhooks.md), computed once here for the sender
  * (deliver.ts) and the receivers' helper (verify.ts). Both are HMAC-SHA256 keyed with the UTF-8 bytes of
  * `callback.secret` exactly as the caller gave it — no base64 decoding, no `whsec_` prefix handling — over the exact
  * bytes of the body that is sent. Only node:crypto, so receivers can import (or copy) it alone.
