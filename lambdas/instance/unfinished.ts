@@ -18,6 +18,7 @@ import { onInstanceReset } from './state.ts';
  * (`ownUnfinishedWork`) and ends it with `await unfinishedWork()`, through the one middy set-up of
  * lambdas/handlers/middleware.ts (in requestEnd: for a streaming function, after its response has been piped).
  */
+
 /** Work registered in one scope: an invocation's own (`ownUnfinishedWork`), or the instance's, outside any. */
 interface Scope {
   running: Set<Promise<unknown>>;
@@ -97,8 +98,10 @@ interface ResponseWork {
 const responses = new WeakMap<object, ResponseWork>();
 
 function workOf(response: object): ResponseWork {
-  let work = responses.get(response);
-  if (!work) responses.set(response, (work = { tasks: [], holds: [] }));
+  const known = responses.get(response);
+  if (known) return known;
+  const work: ResponseWork = { tasks: [], holds: [] };
+  responses.set(response, work);
   return work;
 }
 
