@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import pLimit from 'p-limit';
 
 /** Shared pieces of the benchmark: child processes and their output, load generation, percentiles. */
 
@@ -83,16 +84,20 @@ export async function concurrently<T>(
   concurrency: number,
   task: (i: number, client: number) => Promise<T>,
 ): Promise<{ results: T[]; seconds: number }> {
-  const results: T[] = [];
-  let next = 0;
+  // p-limit keeps `concurrency` runs going; each run takes a free client for its duration, so a client (a user of the
+  // bench, in the CPU runs) never has two requests in flight.
+  const free = Array.from({ length: concurrency }, (_, client) => concurrency - 1 - client);
   const started = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async (_, client) => {
-      while (next < count) {
-        const i = next++;
-        results.push(await task(i, client));
+  const results = await pLimit(concurrency).map(
+    Array.from({ length: count }, (_, i) => i),
+    async (i) => {
+      const client = free.pop()!;
+      try {
+        return await task(i, client);
+      } finally {
+        free.push(client);
       }
-    }),
+    },
   );
   return { results, seconds: (performance.now() - started) / 1000 };
 }

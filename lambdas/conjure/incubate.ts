@@ -1,3 +1,4 @@
+import pLimit from 'p-limit';
 import type { z } from 'zod';
 import { checkedRunOptions } from '../agent/checked-options.ts';
 import { authenticate } from '../auth/authenticate.ts';
@@ -95,7 +96,7 @@ export async function handleBatch(req: Request): Promise<Response> {
           };
     });
   });
-  for (let i = 0; i < work.length; i += BATCH_CONCURRENCY) await Promise.all(work.slice(i, i + BATCH_CONCURRENCY).map((w) => w()));
+  await pLimit(BATCH_CONCURRENCY).map(work, (w) => w());
 
   const failed = entries.filter((e) => e.status === 'failed');
   // Nothing could be queued because the queue is down: the batch as a whole is the interface's 503.

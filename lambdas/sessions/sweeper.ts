@@ -1,8 +1,9 @@
+import pLimit from 'p-limit';
 import { env } from '../config/env.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
-import { dueItems, eachBounded } from '../store/due.ts';
+import { dueItems } from '../store/due.ts';
 import { SESSIONS_SWEEP_INDEX } from '../store/tables.ts';
 import { encodeFrame, errorFrame } from './frames.ts';
 import { connectionFromItem, conversationWithoutTurn, sessionFromItem } from './record.ts';
@@ -37,14 +38,15 @@ export async function sweepSessions(now = Date.now(), deps?: SweepDeps): Promise
   const d = deps ?? defaultDeps();
   let closed = 0;
   let freed = 0;
-  await eachBounded(await due(SWEEP_CONNECTION, now), CONCURRENCY, async (item) => {
+  // Each item catches its own failure: the sweep goes on past one.
+  await pLimit(CONCURRENCY).map(await due(SWEEP_CONNECTION, now), async (item) => {
     try {
       if (await closeIdle(item, now, d)) closed++;
     } catch (err) {
       logger.error('sweeping a connection failed', { error: err as Error, connectionId: item.connectionId });
     }
   });
-  await eachBounded(await due(SWEEP_TURN, now), CONCURRENCY, async (item) => {
+  await pLimit(CONCURRENCY).map(await due(SWEEP_TURN, now), async (item) => {
     try {
       if (await freeTurn(item, now, d)) freed++;
     } catch (err) {

@@ -3,8 +3,8 @@ import { documentClient } from './dynamo.ts';
 
 /**
  * The sweeps' shared reading of a sparse "due" index (the vessels' `reconcile`, the sessions' `sweep`): items of one
- * shard whose due moment has passed, oldest first, page after page up to `limit` — the rest are the next round's —
- * and then each handled with at most `concurrency` at a time, one item's failure logged by the caller, not fatal.
+ * shard whose due moment has passed, oldest first, page after page up to `limit` — the rest are the next round's.
+ * The caller then handles them a few at a time (p-limit), one item's failure logged, not fatal.
  */
 
 export interface DueQuery {
@@ -40,11 +40,4 @@ export async function dueItems<T = Record<string, unknown>>(q: DueQuery): Promis
     start = out.LastEvaluatedKey;
   } while (start && found.length < q.limit);
   return found;
-}
-
-/** Handles every item, `concurrency` at a time; `handle` catches its own failures (a sweep goes on past one item). */
-export async function eachBounded<T>(items: readonly T[], concurrency: number, handle: (item: T) => Promise<void>): Promise<void> {
-  for (let i = 0; i < items.length; i += concurrency) {
-    await Promise.all(items.slice(i, i + concurrency).map(handle));
-  }
 }

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import pLimit from 'p-limit';
 import { env } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { VESSELS_RECONCILE_INDEX } from '../store/tables.ts';
-import { dueItems, eachBounded } from '../store/due.ts';
+import { dueItems } from '../store/due.ts';
 import { endVessel, handOff } from './end.ts';
 import { endedWithoutRun, type StoredVessel } from './record.ts';
 import { isWaiting, VesselStates } from './states.ts';
@@ -61,7 +62,8 @@ export async function reconcileVessels(now = new Date()): Promise<ReconcileRepor
       now: now.getTime(),
       limit: PAGE_LIMIT,
     });
-    await eachBounded(due, CONCURRENCY, async (v) => {
+    // Each vessel catches its own failure: the round goes on past one.
+    await pLimit(CONCURRENCY).map(due, async (v) => {
       try {
         const action = await reconcileOne(v, now, rooms);
         if (action) report[action]++;
