@@ -3,7 +3,9 @@ import { defineStates, type PlaceholderOptions } from '../store/record-states.ts
 /**
  * A vessel's webhook delivery as stored on the vessel (attribute `webhook`) and as shown in its status record
  * (docs/webhooks.md, "The delivery record"). The vessel is the source of truth; the webhook queue only says "try
- * attempt N of round R now".
+ * attempt N of round R now" (callback.ts). The record is the vessel's, so it lives here: the vessel's end starts it
+ * (end.ts) and its view shows it (record.ts); lambdas/webhooks/ makes the attempts and writes them to it
+ * (webhooks/store.ts), depending on vessels, never the other way.
  *
  * A *round* is the first attempt and its retries; an operator's redelivery (`gateway webhook redeliver`) starts the
  * next round. Within a round, attempt N is made at most once at a time: a sender claims it (`claim`) before calling
@@ -13,7 +15,7 @@ import { defineStates, type PlaceholderOptions } from '../store/record-states.ts
 /**
  * A delivery's status flow. An attempt that failed with retries left keeps the round pending (its next attempt is
  * due); an operator's redelivery starts a new round, pending, whatever became of the last one (docs/webhooks.md,
- * "Dead letters and redelivery"). Every change is one conditional write on the vessel (webhooks/store.ts).
+ * "Dead letters and redelivery"). Every change is one conditional write on the vessel (lambdas/webhooks/store.ts).
  */
 export const WebhookStates = defineStates({
   pending: ['pending', 'delivered', 'failed'],

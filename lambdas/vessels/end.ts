@@ -1,6 +1,6 @@
 import { logger } from '../observability/logger.ts';
-import { firstRound } from '../webhooks/record.ts';
 import { handOffCallback } from './callback.ts';
+import { firstRound } from './delivery.ts';
 import type { StoredVessel, VesselOutput } from './record.ts';
 import type { VesselStatus } from './states.ts';
 import { endedAttributes, moveVessel, redriveAt, touchVessel } from './store.ts';

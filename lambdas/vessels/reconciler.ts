@@ -12,8 +12,8 @@ import { moveVessel, RECONCILE_SHARDS, redriveAt, touchVessel } from './store.ts
 import { delayUntil } from '../scheduling/delay.ts';
 import { sendRunMessage } from './trigger.ts';
 import { PARK_CHECK_SECONDS, wakeVessel } from './park.ts';
+import { sendWebhookMessage } from './callback.ts';
 import { getDeveloper } from '../registry/registry.ts';
-import { sendWebhookMessage } from '../webhooks/message.ts';
 import { liveLeases } from '../plans/leases.ts';
 import { tierFor } from '../plans/tiers.ts';
 

@@ -1,6 +1,6 @@
 import { outboundFetch, readCapped } from '../outbound/fetch.ts';
 import { OutboundRefused } from '../outbound/guard.ts';
-import type { StoredAttempt } from './record.ts';
+import type { StoredAttempt } from '../vessels/delivery.ts';
 import { parseRetryAfter } from './schedule.ts';
 import { hexSignature, standardSignature } from './signature.ts';
 
@@ -31,6 +31,9 @@ export interface AttemptOutcome {
   /** From a 429 or 503's Retry-After. */
   retryAfterSeconds?: number;
 }
+
+/** The Standard Webhooks `webhook-id` of a vessel's delivery: the same for every attempt and every redelivery. */
+export const webhookIdOf = (vesselId: string) => `msg_${vesselId}`;
 
 /** The headers of one attempt: Standard Webhooks' trio (signature only with a secret), the hex signature, identity. */
 export function deliveryHeaders(input: { webhookId: string; timestamp: number; body: string; secret?: string | undefined }): Record<string, string> {

@@ -1,8 +1,8 @@
+import { webhookView, type WebhookView } from '../vessels/delivery.ts';
 import type { StoredVessel } from '../vessels/record.ts';
 import { handOff } from '../vessels/end.ts';
 import { VesselStates } from '../vessels/states.ts';
 import { getVessel } from '../vessels/store.ts';
-import { webhookView, type WebhookView } from './record.ts';
 import { startRound } from './store.ts';
 
 /**

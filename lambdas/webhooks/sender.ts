@@ -4,13 +4,13 @@ import { emit } from '../observability/metrics.ts';
 import { sqsQueueSender } from '../queues/sender.ts';
 import { keyCipher } from '../registry/key-cipher.ts';
 import { putBackIfEarly } from '../scheduling/early.ts';
+import { sendWebhookMessage, WebhookMessage } from '../vessels/callback.ts';
+import type { StoredAttempt, StoredWebhook } from '../vessels/delivery.ts';
 import type { StoredVessel } from '../vessels/record.ts';
 import { VesselStates } from '../vessels/states.ts';
 import { getVessel } from '../vessels/store.ts';
 import { callbackBodyText } from './body.ts';
-import { attemptDelivery, deliveryHeaders, type AttemptOutcome } from './deliver.ts';
-import { sendWebhookMessage, WebhookMessage, webhookIdOf } from './message.ts';
-import type { StoredAttempt, StoredWebhook } from './record.ts';
+import { attemptDelivery, deliveryHeaders, webhookIdOf, type AttemptOutcome } from './deliver.ts';
 import { nextAttemptAt } from './schedule.ts';
 import { claimAttempt, markDeadLettered, recordAttempt, recordSupersededAttempt, type AfterAttempt } from './store.ts';
 

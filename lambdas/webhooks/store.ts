@@ -12,7 +12,7 @@ import {
   type StoredWebhook,
   type WebhookFailure,
   type WebhookStatus,
-} from './record.ts';
+} from '../vessels/delivery.ts';
 
 /**
  * The delivery state on the vessel (attribute `webhook`, record.ts), changed only by the conditional writes below, so

@@ -4,13 +4,13 @@ import { env } from '../../lambdas/config/env.ts';
 import { conditionalPut } from '../../lambdas/store/conditional.ts';
 import { vesselKey, type StoredVessel } from '../../lambdas/vessels/record.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
-import { WEBHOOK_STATUS_PLACEHOLDERS, WebhookStates, type StoredAttempt, type StoredWebhook } from '../../lambdas/webhooks/record.ts';
+import { WEBHOOK_STATUS_PLACEHOLDERS, WebhookStates, type StoredAttempt, type StoredWebhook } from '../../lambdas/vessels/delivery.ts';
 import { claimAttempt, recordAttempt, startRound } from '../../lambdas/webhooks/store.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 /**
  * The delivery record's writes (lambdas/webhooks/store.ts) against DynamoDB Local: every change of its status is a
- * transition of its flow (WebhookStates, lambdas/webhooks/record.ts), on the vessel's `webhook.status`.
+ * transition of its flow (WebhookStates, lambdas/vessels/delivery.ts), on the vessel's `webhook.status`.
  */
 
 describe('WebhookStates', () => {
