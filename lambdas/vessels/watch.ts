@@ -61,7 +61,7 @@ export function watchExecution(vesselId: string, runId: string, abort: AbortCont
         }),
       );
       const seen = out.Item as { status?: string; runId?: string; cancelRequested?: boolean } | undefined;
-      if (!seen || seen.status !== 'EXECUTING' || seen.runId !== runId) return { lost: 'the vessel moved on' };
+      if (seen?.status !== 'EXECUTING' || seen.runId !== runId) return { lost: 'the vessel moved on' };
       if (seen.cancelRequested) cancel();
       return {};
     },
