@@ -16,7 +16,7 @@ export function writeBenchmarkSection(heading: string, text: string): void {
     next = `${current.trimEnd()}\n\n${text}`;
   } else {
     const after = current.indexOf('\n## ', start + heading.length);
-    next = current.slice(0, start) + text.trimEnd() + '\n' + (after < 0 ? '' : `\n${current.slice(after + 1)}`);
+    next = `${current.slice(0, start)}${text.trimEnd()}\n${after < 0 ? '' : `\n${current.slice(after + 1)}`}`;
   }
   writeFileSync(BENCHMARKS_DOC, next.endsWith('\n') ? next : `${next}\n`);
 }

@@ -346,7 +346,8 @@ async function pacedGateway(setup: Setup, scenarios: Scenario[], level: Record<s
     let figures: Figures | undefined;
     const records = await setup.accessLog.during(async () => (figures = await run(paced, REQUESTS, 1)), REQUESTS);
     level[paced.name] = figures!;
-    (results.phases ??= {})[s.stream ? 'SSE' : 'JSON'] = phaseFigures(records);
+    results.phases ??= {};
+    results.phases[s.stream ? 'SSE' : 'JSON'] = phaseFigures(records);
   }
 }
 

@@ -26,7 +26,8 @@ function stamp(res: ServerResponse, event: string): void {
   let times = stamps.get(res);
   if (!times) {
     const own: Record<string, number> = {};
-    stamps.set(res, (times = own));
+    times = own;
+    stamps.set(res, own);
     res.once('finish', () => {
       if (Object.keys(own).length >= MIN_STAMPED) process.stdout.write(`${JSON.stringify({ stamps: own })}\n`);
     });

@@ -41,7 +41,7 @@ function help(): string {
     '',
     ...GLOBAL_HELP,
     '',
-    "gateway <group> --help lists one group's commands: " + [...GROUPS.keys()].join(', ') + '.',
+    `gateway <group> --help lists one group's commands: ${[...GROUPS.keys()].join(', ')}.`,
   ].join('\n');
 }
 

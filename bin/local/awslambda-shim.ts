@@ -46,7 +46,10 @@ export class LocalResponseStream extends Writable {
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
     this.sendHead();
-    if (chunk.length === 0) return callback();
+    if (chunk.length === 0) {
+      callback();
+      return;
+    }
     if (this.res.write(chunk)) callback();
     else this.res.once('drain', () => callback());
   }

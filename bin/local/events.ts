@@ -104,7 +104,10 @@ export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayP
   const headers = singleHeaders(req);
   // No prototype: a parameter named `__proto__` (or `constructor`) is a parameter like any other.
   const multi: Record<string, string[]> = Object.create(null) as Record<string, string[]>;
-  for (const [k, v] of searchParams) (multi[k] ??= []).push(v);
+  for (const [k, v] of searchParams) {
+    multi[k] ??= [];
+    multi[k].push(v);
+  }
   const encoded = encodeBody(body, headers['content-type']);
   return {
     httpMethod: req.method ?? 'GET',

@@ -32,7 +32,7 @@ function loadFauxqs(): Promise<typeof import('fauxqs')> {
       const type =
         typeof rest[0] === 'string' ? rest[0] : ((rest[0] as { type?: string } | undefined)?.type ?? (warning instanceof Error ? warning.name : undefined));
       if (type === 'ExperimentalWarning' && message.startsWith('SQLite is an experimental feature')) return;
-      return Reflect.apply(emitWarning, this, [warning, ...rest]) as void;
+      Reflect.apply(emitWarning, this, [warning, ...rest]);
     } as typeof process.emitWarning;
     try {
       return await import('fauxqs');
@@ -93,7 +93,8 @@ export function sqsClient(endpoint: string): SQSClient {
   return new SQSClient({ endpoint, region: 'us-east-1', credentials: { accessKeyId: 'local', secretAccessKey: 'local' } });
 }
 
-export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse | void>;
+/** A queue consumer answers a batch response (its failures), or nothing (the whole batch succeeded). */
+export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse> | Promise<void>;
 
 /** An SQS message as Lambda's event source hands it to a function: one record of an SQSEvent. */
 export function sqsRecord(message: Message, queueUrl: string, region = 'us-east-1'): SQSRecord {
@@ -131,7 +132,7 @@ function lambdaMessageAttributes(attributes: Record<string, MessageAttributeValu
  * (they become visible again); an answer naming a message that is not in the batch, or a throw, fails the whole
  * batch, as Lambda's event source mapping does.
  */
-export function succeededMessages(messages: readonly Message[], outcome: { result: SQSBatchResponse | void } | { error: unknown }): Message[] {
+export function succeededMessages(messages: readonly Message[], outcome: { result: SQSBatchResponse | undefined } | { error: unknown }): Message[] {
   if ('error' in outcome) return [];
   const ids = new Set(messages.map((m) => m.MessageId));
   const failures = outcome.result?.batchItemFailures ?? [];
@@ -178,9 +179,10 @@ export function pollQueue(opts: {
         const messages = out.Messages ?? [];
         if (messages.length === 0) continue;
         const event: SQSEvent = { Records: messages.map((m) => sqsRecord(m, opts.queueUrl)) };
-        let outcome: { result: SQSBatchResponse | void } | { error: unknown };
+        let outcome: { result: SQSBatchResponse | undefined } | { error: unknown };
         try {
-          outcome = { result: await opts.handler(event, lambdaContext(opts.functionName, opts.timeoutMs)) };
+          // A handler that answers nothing (void) leaves result undefined.
+          outcome = { result: (await opts.handler(event, lambdaContext(opts.functionName, opts.timeoutMs))) ?? undefined };
         } catch (error) {
           // The whole batch returns to the queue, as with Lambda.
           console.error(`${opts.functionName} failed on a batch of ${messages.length}: ${(error as Error)?.stack ?? String(error)}`);

@@ -268,7 +268,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     // (WEBSOCKET_CALLBACK_URL, the events' callbackUrl); /ws is served once the handlers are loaded.
     let webSockets: LocalWebSockets | undefined;
     if (served.some((f) => f.kind === 'websocket')) {
-      const sockets = (webSockets = new LocalWebSockets());
+      const sockets = new LocalWebSockets();
+      webSockets = sockets;
       cleanups.push(async () => {
         await sockets.stop();
         // No later gateway of this process should name a stand-in that is gone.

@@ -92,7 +92,8 @@ function headerMaps(req: IncomingMessage): { headers: Record<string, string>; mu
     const name = req.rawHeaders[i]!;
     const value = req.rawHeaders[i + 1]!;
     headers[name] = value;
-    (multiValueHeaders[name] ??= []).push(value);
+    multiValueHeaders[name] ??= [];
+    multiValueHeaders[name].push(value);
   }
   return { headers, multiValueHeaders };
 }
@@ -177,7 +178,8 @@ export class LocalWebSockets {
     const multi: Record<string, string[]> = Object.create(null) as Record<string, string[]>;
     for (const [k, v] of params) {
       single[k] = v;
-      (multi[k] ??= []).push(v);
+      multi[k] ??= [];
+      multi[k].push(v);
     }
     const sourceIp = req.socket.remoteAddress ?? '127.0.0.1';
     const domainName = req.headers.host ?? 'localhost';

@@ -308,8 +308,14 @@ describe('CLI invocation errors (main() in process; exit code = its return value
   async function run(argv: string[]): Promise<Run> {
     let stdout = '';
     let stderr = '';
-    const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => ((stdout += String(chunk)), true));
-    const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => ((stderr += String(chunk)), true));
+    const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+      stdout += String(chunk);
+      return true;
+    });
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+      stderr += String(chunk);
+      return true;
+    });
     try {
       const code = await main([...argv, '--data-dir', dataDir]);
       return { code, stdout, stderr };
@@ -372,7 +378,10 @@ describe('CLI invocation errors (main() in process; exit code = its return value
 
   it('takes its flags before the command words as well as after them', async () => {
     let stdout = '';
-    const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => ((stdout += String(chunk)), true));
+    const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+      stdout += String(chunk);
+      return true;
+    });
     try {
       expect(await main(['--data-dir', dataDir, '--json', 'developer', 'create', '--id', 'dev-flags-first', '--plan-seconds', '15000000'])).toBe(0);
     } finally {
@@ -406,8 +415,14 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     async function onStack(argv: string[]): Promise<Run> {
       let stdout = '';
       let stderr = '';
-      const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => ((stdout += String(chunk)), true));
-      const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => ((stderr += String(chunk)), true));
+      const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+        stdout += String(chunk);
+        return true;
+      });
+      const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+        stderr += String(chunk);
+        return true;
+      });
       try {
         return { code: await main([...argv, '--stack', 'gateway-prod'], { resolveTarget: asStack }), stdout, stderr };
       } finally {
@@ -445,7 +460,10 @@ describe('CLI invocation errors (main() in process; exit code = its return value
 
   it('checks the flags before it looks for a gateway: a wrong invocation is exit 2 even with none running', async () => {
     let stderr = '';
-    const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => ((stderr += String(chunk)), true));
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+      stderr += String(chunk);
+      return true;
+    });
     try {
       expect(await main(['developer', 'create', '--id', 'x', '--plan-seconds', '-5', '--data-dir', emptyDir])).toBe(2);
     } finally {

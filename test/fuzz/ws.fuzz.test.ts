@@ -916,7 +916,7 @@ describe('ws fuzz', () => {
                 if (k.moment === 'streaming' || k.moment === 'after_interrupt_streaming') {
                   for (let i = 0; i < k.deltas; i++) {
                     const f = await c.waitFor((x) => x.type === 'assistant' || x.type === 'result' || x.type === 'error', from, 8000);
-                    if (!f || f.type !== 'assistant') break;
+                    if (f?.type !== 'assistant') break;
                     from = c.frames.indexOf(f) + 1;
                   }
                 } else if (k.moment !== 'after_user') {

@@ -138,7 +138,7 @@ describe('bounds on what a request can be', () => {
     });
     expect(res.status).toBe(413);
     expect(await res.json()).toEqual({ type: 'error', error: { type: 'request_too_large', message: 'Request body is 6.0 MB; the limit is 6 MB' } });
-    const conjure = await fetch(`${gw.url}/usage`, { method: 'POST', body: prompt + 'yy' });
+    const conjure = await fetch(`${gw.url}/usage`, { method: 'POST', body: `${prompt}yy` });
     expect(conjure.status).toBe(413);
     expect(await conjure.json()).toEqual({ error: 'request_too_large', message: 'Request body is 6.0 MB; the limit is 6 MB' });
     const usage = await settledUsage({ projectId: gw.projectId, userId: 'big-body', budget: { ai: 1, compute: 1, window: 'day' } });
@@ -226,7 +226,12 @@ describe('tokens: cheap checks before any store access, claims tighter', () => {
     expect(res.status).toBe(401);
     expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/^Token claims invalid: iss must be 1–128 characters/);
     let lookups = 0;
-    await expect(verifyToken(t, async () => (lookups++, 'x'))).rejects.toThrow(/iss must be 1–128/);
+    await expect(
+      verifyToken(t, async () => {
+        lookups++;
+        return 'x';
+      }),
+    ).rejects.toThrow(/iss must be 1–128/);
     expect(lookups).toBe(0);
   });
 

@@ -595,7 +595,7 @@ describe('helpers for the later queue and scheduler users', () => {
     const t = Template.fromStack(probe);
     const pid = (c: IConstruct) => probe.getLogicalId((CfnElement.isCfnElement(c) ? c : c.node.defaultChild) as CfnElement);
     const probeResources = t.toJSON().Resources as typeof resources;
-    expect((probeResources[pid(fn)]!.Properties?.Environment as { Variables?: Record<string, unknown> }).Variables).toEqual({
+    expect((probeResources[pid(fn)]!.Properties!.Environment as { Variables?: Record<string, unknown> }).Variables).toEqual({
       WEBHOOK_DEAD_LETTER_QUEUE_URL: { Ref: pid(queues.byName.webhook.deadLetterQueue) },
       PROVIDER_KEYS_KMS_KEY_ID: { 'Fn::GetAtt': [pid(secrets.providerKeysKey), 'Arn'] },
     });

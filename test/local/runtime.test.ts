@@ -110,12 +110,13 @@ describe('streaming through the local function-URL adapter', () => {
       const { done, value } = await reader.read();
       if (done) break;
       buffer += decoder.decode(value, { stream: true });
-      let idx: number;
-      while ((idx = buffer.indexOf('\n\n')) >= 0) {
+      let idx = buffer.indexOf('\n\n');
+      while (idx >= 0) {
         const frame = buffer.slice(0, idx);
         buffer = buffer.slice(idx + 2);
         const data = /^data: (.*)$/m.exec(frame)?.[1];
         received.push({ n: (JSON.parse(data!) as { n: number }).n, at: performance.now() });
+        idx = buffer.indexOf('\n\n');
       }
     }
     expect(received.map((r) => r.n)).toEqual([1, 2, 3, 4, 5]);

@@ -316,7 +316,10 @@ describe('estimateInputTokens is an upper bound on real tokenizers', () => {
         const estimate = estimateInputTokens(body);
         const counted = placement.counted(body, text);
         let real = counts.get(counted);
-        if (!real) counts.set(counted, (real = { o200k: TOKENIZERS.o200k(counted), claude: TOKENIZERS.claude(counted) }));
+        if (!real) {
+          real = { o200k: TOKENIZERS.o200k(counted), claude: TOKENIZERS.claude(counted) };
+          counts.set(counted, real);
+        }
         for (const tokenizer of Object.keys(TOKENIZERS) as TokenizerName[]) {
           checks++;
           if (estimate < real[tokenizer]) failures.push(`${klass} #${i} as ${placement.name}: estimate ${estimate} < ${tokenizer} ${real[tokenizer]}`);

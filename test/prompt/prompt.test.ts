@@ -268,7 +268,7 @@ describe('refusals, with the exact bodies', () => {
   }
 
   it('a bad token: 401 {error}', async () => {
-    const forged = (await user()).token.slice(0, -4) + 'AAAA';
+    const forged = `${(await user()).token.slice(0, -4)}AAAA`;
     expect(await refused({ message: 'hi', options: { token: forged } })).toEqual({ status: 401, body: { error: 'Token signature is invalid' } });
     expect(await refused({ message: 'hi', options: {} })).toEqual({ status: 401, body: { error: 'Missing token: send it in options.token' } });
   });

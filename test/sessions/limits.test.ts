@@ -218,7 +218,16 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
 
     // The end of a segment that finished just then, as the worker would write it: the turn is no longer its own.
     const posted: string[] = [];
-    const outbox = new FrameOutbox({ send: async (_id, data) => (posted.push(String(data)), true), close: async () => {} }, running.turn!.connectionId);
+    const outbox = new FrameOutbox(
+      {
+        send: async (_id, data) => {
+          posted.push(String(data));
+          return true;
+        },
+        close: async () => {},
+      },
+      running.turn!.connectionId,
+    );
     const state = {
       conversation: [
         ...running.conversation,

@@ -140,7 +140,7 @@ describe('FrameOutbox', () => {
     outbox.send(text('y'));
     for (let i = 0; i < 3; i++) await complete();
     await outbox.flush();
-    expect(posted).toEqual([text('first'), text(big), text(big + 'y')]);
+    expect(posted).toEqual([text('first'), text(big), text(`${big}y`)]);
   });
 
   it('a connection gone (send → false): onGone once, the queued frames and later ones dropped', async () => {

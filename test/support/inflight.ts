@@ -46,7 +46,10 @@ export function trackInFlight(upstream: SimulatedUpstream, tagOf: (r: RecordedRe
   const intervals: InFlightInterval[] = [];
   const group = (key: string) => {
     let g = groups.get(key);
-    if (!g) groups.set(key, (g = { now: 0, max: 0, total: 0, ended: 0 }));
+    if (!g) {
+      g = { now: 0, max: 0, total: 0, ended: 0 };
+      groups.set(key, g);
+    }
     return g;
   };
   const requests = upstream.requests;

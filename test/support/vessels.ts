@@ -9,7 +9,7 @@ export type BatchItemAnswer =
   | { index: number; idempotencyKey: string; status: 'failed'; error: { code: string; message: string } };
 export type BatchAnswer = { total: number; queued: number; failed: number; items: BatchItemAnswer[] };
 
-async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
+async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: unknown }> {
   const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : undefined };

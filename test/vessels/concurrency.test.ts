@@ -215,7 +215,10 @@ function overlap(rs: VesselView[]): number {
   edges.sort((a, b) => a.t - b.t || a.d - b.d);
   let now = 0;
   let max = 0;
-  for (const e of edges) max = Math.max(max, (now += e.d));
+  for (const e of edges) {
+    now += e.d;
+    max = Math.max(max, now);
+  }
   return max;
 }
 

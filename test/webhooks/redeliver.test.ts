@@ -85,8 +85,14 @@ async function cli(argv: string[], withDeps: Dependencies | 'real' = deps): Prom
 async function clis(argvs: string[][]): Promise<Run[]> {
   const lines: string[] = [];
   const errors: string[] = [];
-  const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => (lines.push(String(chunk)), true));
-  const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => (errors.push(String(chunk)), true));
+  const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    lines.push(String(chunk));
+    return true;
+  });
+  const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    errors.push(String(chunk));
+    return true;
+  });
   try {
     const codes = await Promise.all(argvs.map((argv) => main(argv, deps)));
     return codes.map((code) => ({ code, stdout: code === 0 ? (lines.shift() ?? '') : '', stderr: code === 0 ? '' : (errors.shift() ?? '') }));

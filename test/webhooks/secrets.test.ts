@@ -20,6 +20,7 @@ import { sqsClient } from '../../bin/local/queues.ts';
 import { logger } from '../../lambdas/observability/logger.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
+import type { WebhookView } from '../../lambdas/vessels/delivery.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { pollUntil } from '../support/vessels.ts';
 import { MODEL } from '../vessels/incubate-client.ts';
@@ -136,11 +137,14 @@ function recordAwsCalls() {
 // ---------------------------------------------------------------------------------------------------------------
 // Every response received, status line, headers and body.
 
+/** What this file reads of an answer's body: a queue response's vesselId, a batch answer's items, a vessel record's webhook. */
+type Answer = { vesselId: string; items: Array<{ vesselId: string }>; webhook?: WebhookView };
 interface Got {
   status: number;
   headers: Headers;
   text: string;
-  body: any;
+  /** Parsed as JSON (kept as the text when it is not JSON). */
+  body: Answer;
 }
 const responses: string[] = [];
 /** The request bodies sent (they hold the secret: the positive control of the scanner). */
@@ -165,7 +169,7 @@ async function call(method: 'GET' | 'POST', path: string, body?: unknown, bearer
   } catch {
     // not JSON: kept as text
   }
-  return { status: res.status, headers: res.headers, text, body: parsed };
+  return { status: res.status, headers: res.headers, text, body: parsed as Answer };
 }
 const record = (vesselId: string) => call('GET', `/incubate/vessel/${vesselId}`, undefined, token);
 
@@ -176,7 +180,7 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string }> {
   return { code, out: captured.slice(from).join('') };
 }
 
-async function settled(vesselId: string, done: (w: any) => boolean, what: string): Promise<Got> {
+async function settled(vesselId: string, done: (w: WebhookView) => boolean, what: string): Promise<Got> {
   let last: Got | undefined;
   await pollUntil(
     async () => (last = await record(vesselId)),
@@ -301,10 +305,10 @@ describe('a scenario that uses one callback secret everywhere', () => {
 
     // Everything settles: A delivered on its 2nd attempt, B exhausted (3 attempts) and dead-lettered, the rest delivered.
     const aDone = await settled(ids.a, (w) => w.status === 'delivered', 'A delivered');
-    expect(aDone.body.webhook.attempts.map((x: { statusCode?: number }) => x.statusCode)).toEqual([500, 204]);
+    expect(aDone.body.webhook!.attempts.map((x: { statusCode?: number }) => x.statusCode)).toEqual([500, 204]);
     const bDone = await settled(ids.b, (w) => w.status === 'failed', 'B exhausted');
     expect(bDone.body.webhook).toMatchObject({ status: 'failed', failure: 'exhausted' });
-    expect(bDone.body.webhook.attempts.map((x: { statusCode?: number }) => x.statusCode)).toEqual([500, 500, 500]);
+    expect(bDone.body.webhook!.attempts.map((x: { statusCode?: number }) => x.statusCode)).toEqual([500, 500, 500]);
     for (const id of [...ids.batch, ids.canceled]) await settled(id, (w) => w.status === 'delivered', `${id} delivered`);
     await pollUntil(
       async () => (await peekAll(gw.queues.deadLetterUrls.WEBHOOK_DEAD_LETTER_QUEUE_URL!)).length,

@@ -222,11 +222,15 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
     }
     case 'json': {
       const json = (arg ?? '').trim();
-      if (json === '') return bad('expected [[json:VALUE]]');
+      if (json === '') {
+        bad('expected [[json:VALUE]]');
+        return;
+      }
       try {
         JSON.parse(json);
       } catch {
-        return bad('not valid JSON');
+        bad('not valid JSON');
+        return;
       }
       d.json = json;
       delete d.words;
@@ -238,18 +242,23 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
       return;
     case 'tool': {
       const m = /^\s*([A-Za-z0-9_.-]+)\s*([\s\S]*)$/.exec(arg ?? '');
-      if (!m || m[1] === undefined) return bad('expected [[tool:NAME {json}]]');
+      if (!m || m[1] === undefined) {
+        bad('expected [[tool:NAME {json}]]');
+        return;
+      }
       const json = (m[2] ?? '').trim();
       let input: unknown = {};
       if (json !== '') {
         try {
           input = JSON.parse(json);
         } catch {
-          return bad('tool input is not valid JSON');
+          bad('tool input is not valid JSON');
+          return;
         }
       }
       if (input === null || typeof input !== 'object' || Array.isArray(input)) {
-        return bad('tool input must be a JSON object');
+        bad('tool input must be a JSON object');
+        return;
       }
       d.tools.push({ name: m[1], input: input as Record<string, unknown> });
       return;
@@ -264,7 +273,10 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
       for (const part of (arg ?? '').split(',')) {
         if (part.trim() === '') continue;
         const m = /^\s*(read|write)\s*=\s*(\d+)\s*$/.exec(part);
-        if (!m || m[2] === undefined) return bad('expected [[cache:read=R,write=W]]');
+        if (!m || m[2] === undefined) {
+          bad('expected [[cache:read=R,write=W]]');
+          return;
+        }
         if (m[1] === 'read') d.cacheRead = Number.parseInt(m[2], 10);
         else d.cacheWrite = Number.parseInt(m[2], 10);
       }
@@ -273,7 +285,10 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
     case 'error': {
       const n = intArg();
       if (n === undefined) return;
-      if (n < 400 || n > 599) return bad('status must be 400-599');
+      if (n < 400 || n > 599) {
+        bad('status must be 400-599');
+        return;
+      }
       d.error = n;
       return;
     }
@@ -299,13 +314,19 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
     }
     case 'finish': {
       const reason = (arg ?? '').trim();
-      if (reason === '') return bad('expected [[finish:REASON]]');
+      if (reason === '') {
+        bad('expected [[finish:REASON]]');
+        return;
+      }
       d.finish = reason;
       return;
     }
     case 'cost': {
       const v = Number((arg ?? '').trim());
-      if ((arg ?? '').trim() === '' || !Number.isFinite(v) || v < 0) return bad('expected a non-negative number');
+      if ((arg ?? '').trim() === '' || !Number.isFinite(v) || v < 0) {
+        bad('expected a non-negative number');
+        return;
+      }
       d.cost = v;
       return;
     }
@@ -321,7 +342,10 @@ function applyDirective(d: Directives, name: string, arg: string | undefined, ra
         d.reportedInput = Number(input[1]);
         return;
       }
-      if (mode !== 'missing' && mode !== 'absurd' && mode !== 'empty') return bad('expected [[usage:missing|absurd|empty|input=N]]');
+      if (mode !== 'missing' && mode !== 'absurd' && mode !== 'empty') {
+        bad('expected [[usage:missing|absurd|empty|input=N]]');
+        return;
+      }
       d.usageMode = mode;
       return;
     }

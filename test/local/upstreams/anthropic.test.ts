@@ -51,14 +51,15 @@ async function readFrames(res: Response): Promise<{ frames: Frame[]; raw: string
     raw += text;
     buf += text;
     const at = performance.now();
-    let idx: number;
-    while ((idx = buf.indexOf('\n\n')) >= 0) {
+    let idx = buf.indexOf('\n\n');
+    while (idx >= 0) {
       const block = buf.slice(0, idx);
       buf = buf.slice(idx + 2);
       const lines = block.split('\n');
       const event = lines.find((l) => l.startsWith('event: '))?.slice(7) ?? '';
       const data = lines.find((l) => l.startsWith('data: '))?.slice(6) ?? '';
-      frames.push({ event, data: JSON.parse(data), raw: block + '\n\n', at });
+      frames.push({ event, data: JSON.parse(data), raw: `${block}\n\n`, at });
+      idx = buf.indexOf('\n\n');
     }
   }
   expect(buf).toBe('');
@@ -408,7 +409,7 @@ describe('simulated Anthropic upstream', () => {
     const counted = await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'count me' }] });
     expect(counted.input_tokens).toBe(estimateInputTokens({ messages: [{ role: 'user', content: 'count me' }] }));
 
-    const models = await fetch(up.url + '/v1/models', { headers: { 'x-api-key': 'k' } });
+    const models = await fetch(`${up.url}/v1/models`, { headers: { 'x-api-key': 'k' } });
     const list = (await models.json()) as { data: Array<{ type: string; id: string }>; has_more: boolean; first_id: string; last_id: string };
     expect(list.has_more).toBe(false);
     expect(list.data.length).toBeGreaterThanOrEqual(3);
@@ -427,12 +428,12 @@ describe('simulated Anthropic upstream', () => {
       ),
     );
     expect(new Set(results.map((r) => r.id)).size).toBe(30);
-    results.forEach((r, i) => expect(r.usage.output_tokens).toBe(i % 5));
+    for (const [i, r] of results.entries()) expect(r.usage.output_tokens).toBe(i % 5);
   });
 
   it('never answers [[hang]] and close() still finishes promptly', async () => {
     const other = await startAnthropicUpstream();
-    const pending = fetch(other.url + '/v1/messages', {
+    const pending = fetch(`${other.url}/v1/messages`, {
       method: 'POST',
       headers: { 'x-api-key': 'k', 'content-type': 'application/json' },
       body: JSON.stringify(userBody('[[hang]]')),

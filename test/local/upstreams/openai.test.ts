@@ -54,14 +54,15 @@ async function readData(res: Response): Promise<{ data: string[]; at: number[]; 
     raw += text;
     buf += text;
     const now = performance.now();
-    let idx: number;
-    while ((idx = buf.indexOf('\n\n')) >= 0) {
+    let idx = buf.indexOf('\n\n');
+    while (idx >= 0) {
       const block = buf.slice(0, idx);
       buf = buf.slice(idx + 2);
       expect(block.startsWith('data: ')).toBe(true);
       expect(block.includes('\n')).toBe(false);
       data.push(block.slice(6));
       at.push(now);
+      idx = buf.indexOf('\n\n');
     }
   }
   expect(buf).toBe('');
@@ -438,7 +439,7 @@ describe('simulated OpenAI upstream', () => {
       Array.from({ length: 30 }, (_, i) => client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `n${i} [[words:${i % 4}]]` }] })),
     );
     expect(new Set(results.map((r) => r.id)).size).toBe(30);
-    results.forEach((r, i) => expect(r.usage?.completion_tokens).toBe(i % 4));
+    for (const [i, r] of results.entries()) expect(r.usage?.completion_tokens).toBe(i % 4);
   });
 
   it('never answers [[hang]]; the client can give up and close() is prompt', async () => {
