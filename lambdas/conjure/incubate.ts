@@ -65,14 +65,24 @@ export async function handleBatch(req: Request): Promise<Response> {
   const seen = new Set<string>();
   const entries: BatchEntry[] = new Array(items.length);
   const work: Array<() => Promise<void>> = [];
-  items.forEach((raw, index) => {
+  for (const [index, raw] of items.entries()) {
     const key = isObject(raw) && typeof raw.idempotencyKey === 'string' ? raw.idempotencyKey : null;
-    const fail = (code: string, message: string) => (entries[index] = { index, idempotencyKey: key, status: 'failed', error: { code, message } });
-    if (isObject(raw) && raw.idempotencyKey === undefined) return fail('missing_idempotency_key', `items.${index}.idempotencyKey is required`);
+    const fail = (code: string, message: string) => {
+      entries[index] = { index, idempotencyKey: key, status: 'failed', error: { code, message } };
+    };
+    if (isObject(raw) && raw.idempotencyKey === undefined) {
+      fail('missing_idempotency_key', `items.${index}.idempotencyKey is required`);
+      continue;
+    }
     const item = BatchItem.safeParse(raw);
-    if (!item.success) return fail('invalid_request', itemProblem(index, item.error));
-    if (seen.has(item.data.idempotencyKey))
-      return fail('duplicate_idempotency_key', `items.${index}: idempotencyKey "${item.data.idempotencyKey}" appears earlier in this batch`);
+    if (!item.success) {
+      fail('invalid_request', itemProblem(index, item.error));
+      continue;
+    }
+    if (seen.has(item.data.idempotencyKey)) {
+      fail('duplicate_idempotency_key', `items.${index}: idempotencyKey "${item.data.idempotencyKey}" appears earlier in this batch`);
+      continue;
+    }
     seen.add(item.data.idempotencyKey);
     work.push(async () => {
       let outcome: EnqueueOutcome;
@@ -95,7 +105,7 @@ export async function handleBatch(req: Request): Promise<Response> {
             ...(outcome.replayed ? { replayed: true as const } : {}),
           };
     });
-  });
+  }
   await pLimit(BATCH_CONCURRENCY).map(work, (w) => w());
 
   const failed = entries.filter((e) => e.status === 'failed');

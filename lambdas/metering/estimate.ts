@@ -132,6 +132,7 @@ export interface EstimatedBody {
   output_format?: unknown;
 }
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the range is all of ASCII, control characters included
 const NON_ASCII = /[^\x00-\x7f]/;
 
 /**

@@ -36,7 +36,8 @@ export type Phase = 'parse' | 'token' | 'project' | 'pricing' | 'reservation' | 
 
 /** Records phase `name` of `record` as the time since `since` (a `performance.now()` reading), to 0.01 ms. */
 export function timePhase(record: AccessRecord, name: Phase, since: number): void {
-  (record.phases ??= {})[name] = Math.round((performance.now() - since) * 100) / 100;
+  record.phases ??= {};
+  record.phases[name] = Math.round((performance.now() - since) * 100) / 100;
 }
 
 export type AccessLogSink = (record: Readonly<AccessRecord>) => void;

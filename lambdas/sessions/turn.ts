@@ -105,7 +105,7 @@ async function runSegment(
   }
 
   const watch = watchTurn(sessionId, turn.id, abort, { onConnection: follow });
-  let outcome;
+  let outcome: Awaited<ReturnType<typeof runAdmittedSegment>>;
   try {
     outcome = await runAdmittedSegment({
       caller: turn.caller,

@@ -30,8 +30,7 @@ export class SseDecoder {
     const held = !final && this.buffer.endsWith('\r') ? '\r' : '';
     if (held) this.buffer = this.buffer.slice(0, -1);
     this.buffer = this.buffer.replace(/\r\n?/g, '\n');
-    let boundary: number;
-    while ((boundary = this.buffer.indexOf('\n\n')) !== -1) {
+    for (let boundary = this.buffer.indexOf('\n\n'); boundary !== -1; boundary = this.buffer.indexOf('\n\n')) {
       const block = this.buffer.slice(0, boundary);
       this.buffer = this.buffer.slice(boundary + 2);
       let event: string | undefined;

@@ -18,7 +18,7 @@ import { liveLeases } from '../plans/leases.ts';
 import { tierFor } from '../plans/tiers.ts';
 
 /**
- * The table is the source of truth, the queue only a trigger (DESIGN §6): every vessel that still needs watching
+ * The table is the source of truth, the queue only a trigger (docs/incubate.md, "The table is the source of truth"): every vessel that still needs watching
  * sits in the table's `reconcile` index with the moment it should have moved by (`reconcileAt`). Each minute in AWS
  * (and at start-up and periodically in the local runtime) the reconciler takes the ones whose moment has passed:
  * - parked for capacity past its check time: woken if its developer has a free slot now (a slot freed by a run that
@@ -96,7 +96,10 @@ function freeSlots(): FreeSlots {
   return {
     async take(developerId, now) {
       let entry = slots.get(developerId);
-      if (!entry) slots.set(developerId, (entry = read(developerId, now)));
+      if (!entry) {
+        entry = read(developerId, now);
+        slots.set(developerId, entry);
+      }
       const counted = await entry;
       // Counted down synchronously after the await: concurrent takes never share a slot.
       if (counted.free <= 0) return false;

@@ -93,7 +93,8 @@ export async function connectMcpServers(
       const clash = offeredBy.get(name);
       const problem = toolNameProblem(status.name, tool.name) ?? (clash === undefined ? undefined : `${name} is already offered by server "${clash}"`);
       if (problem) {
-        (status.skipped ??= []).push({ tool: tool.name, reason: problem });
+        status.skipped ??= [];
+        status.skipped.push({ tool: tool.name, reason: problem });
         continue;
       }
       offeredBy.set(name, status.name);
@@ -126,7 +127,8 @@ async function connectOne(name: string, spec: McpServerSpec, timeoutMs: number, 
     const url = checkUrl(spec.url);
     const options = { fetch: transportFetch, requestInit: { headers: toolHeaders(spec.headers) } };
     transport = spec.type === 'http' ? new StreamableHTTPClientTransport(url, options) : new SSEClientTransport(url, options);
-    const c = (client = new Client(CLIENT_INFO, { capabilities: {} }));
+    const c = new Client(CLIENT_INFO, { capabilities: {} });
+    client = c;
     const t = transport;
     // The SDK's own request time-out covers a request, not the transport's start (the SSE stream's endpoint event):
     // the race bounds the whole setup, and the signal stops the SDK's pending request when it is lost.
