@@ -33,6 +33,8 @@ export interface RunInput {
   /** Stops the run: the model call in flight is charged for what was produced, tools are abandoned. */
   signal: AbortSignal;
   onEvent?: (event: RunEvent) => void;
+  /** The clock (epoch milliseconds) the deadline and the run's duration are read on: Date.now unless a test injects one. */
+  now?: () => number;
 }
 
 /** What one answer may hold when the caller sets no thinking budget. */
@@ -67,7 +69,8 @@ export async function runAgent(input: RunInput): Promise<{ result: RunResult; ev
 }
 
 export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
-  const started = Date.now();
+  const now = given.now ?? Date.now;
+  const started = now();
   // The deadline stops a model call or a tool in flight too, not only the next turn.
   const timeUp = new AbortController();
   const timer = setTimeout(() => timeUp.abort(), Math.max(0, given.deadline - started));
@@ -115,7 +118,7 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   let turns = resumed?.turns ?? 0;
   let corrections = resumed?.corrections ?? 0;
   let lastText = resumed?.lastText ?? '';
-  const activeMs = () => (resumed?.activeMs ?? 0) + (Date.now() - started);
+  const activeMs = () => (resumed?.activeMs ?? 0) + (now() - started);
   const state = (): RunState => ({
     conversation: closeToolCalls(conversation),
     spentMicros: spent,
