@@ -218,7 +218,13 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   // test file of a vitest worker, which keeps its process from file to file) starts from the same environment.
   const environmentBefore = { ...process.env };
   const environmentSet: Record<string, string> = {};
-  const cleanups: (() => Promise<void> | void)[] = [() => restoreEnvironment(environmentBefore, environmentSet)];
+  const cleanups: (() => Promise<void> | void)[] = [
+    () => {
+      restoreEnvironment(environmentBefore, environmentSet);
+      // …and what was read from it (the parsed environment, clients) is read again by whoever comes next.
+      resetInstanceState();
+    },
+  ];
   const stopAll = async () => {
     for (const fn of cleanups.reverse()) await fn();
   };
