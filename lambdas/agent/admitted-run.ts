@@ -1,6 +1,5 @@
 import type { Caller } from '../auth/claims.ts';
 import { settle, type Reservation } from '../budgets/ledger.ts';
-import { MAX_INVOCATION_SECONDS } from '../config/env.ts';
 import { logger } from '../observability/logger.ts';
 import type { RunAdmission } from '../plans/admission.ts';
 import { giveBackLease, keepLeaseAlive } from '../plans/leases.ts';
@@ -17,10 +16,6 @@ import { runAgent, runAgentSegment, type RunInput, type RunOutcome } from './run
  *   added to the developer's month;
  * - the model calls are reserved and settled by the metered call itself (metering/call.ts).
  */
-
-/** A run ends this long before Lambda's limit, so its charges are written before the invocation is cut. */
-const RUN_SECONDS_MARGIN = 30;
-export const MAX_RUN_SECONDS = MAX_INVOCATION_SECONDS - RUN_SECONDS_MARGIN;
 
 export type Admitted = Extract<RunAdmission, { ok: true }>;
 

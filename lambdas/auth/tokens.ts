@@ -1,4 +1,5 @@
 import { SignJWT, errors as joseErrors, jwtVerify } from 'jose';
+import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { onInstanceReset } from '../instance/state.ts';
 import { GatewayClaims, type BudgetClaim, type Caller } from './claims.ts';
 import { hasDuplicateKeys } from './json-keys.ts';
@@ -6,7 +7,6 @@ import { hasDuplicateKeys } from './json-keys.ts';
 export const ACCEPTED_ALGORITHMS = ['HS256', 'HS384', 'HS512'] as const;
 /** Larger tokens are refused before any parsing: a real one is a few hundred bytes. */
 export const MAX_TOKEN_BYTES = 4096;
-export const CLOCK_TOLERANCE_SECONDS = 60;
 
 /** Every verification failure: the message is safe to show the caller (it never echoes the token). */
 export class TokenError extends Error {
@@ -92,7 +92,7 @@ export async function verifyToken(token: string | undefined, lookupSecret: Secre
     signedWith = fresh;
   }
   // jose honours iat only as "not in the future" when maxTokenAge is set; the contract asks for it regardless.
-  if (claims.data.iat !== undefined && claims.data.iat * 1000 > now + CLOCK_TOLERANCE_SECONDS * 1000) {
+  if (claims.data.iat !== undefined && claims.data.iat * 1000 > now + TOKEN_CLOCK_TOLERANCE_SECONDS * 1000) {
     throw new TokenError('Token issued in the future');
   }
   // Frozen: one verified caller may serve many requests (below).
@@ -125,9 +125,9 @@ const MAX_VERIFIED = 5_000;
 onInstanceReset(() => verified.clear());
 
 function remember(token: string, caller: Caller, secret: string, claims: { exp: number; nbf?: number; iat?: number }): void {
-  const tolerance = CLOCK_TOLERANCE_SECONDS * 1000;
+  const tolerance = TOKEN_CLOCK_TOLERANCE_SECONDS * 1000;
   // jose: expired once exp <= now − tolerance (seconds); not yet valid while nbf > now + tolerance. Ours: iat.
-  const validUntilMs = (claims.exp + CLOCK_TOLERANCE_SECONDS) * 1000 - 1000;
+  const validUntilMs = (claims.exp + TOKEN_CLOCK_TOLERANCE_SECONDS) * 1000 - 1000;
   const validFromMs =
     Math.max(claims.nbf === undefined ? -Infinity : claims.nbf * 1000 - tolerance, claims.iat === undefined ? -Infinity : claims.iat * 1000 - tolerance) + 1000;
   if (verified.size >= MAX_VERIFIED) verified.delete(verified.keys().next().value!);
@@ -137,7 +137,7 @@ function remember(token: string, caller: Caller, secret: string, claims: { exp: 
 function verifyWith(token: string, secret: string, now: number) {
   return jwtVerify(token, encoder.encode(secret), {
     algorithms: [...ACCEPTED_ALGORITHMS],
-    clockTolerance: CLOCK_TOLERANCE_SECONDS,
+    clockTolerance: TOKEN_CLOCK_TOLERANCE_SECONDS,
     requiredClaims: ['exp', 'iss', 'sub'],
     currentDate: new Date(now),
   });

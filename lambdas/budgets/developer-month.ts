@@ -1,6 +1,7 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
-import { DAY_SECONDS, expiresAfter } from '../store/epoch.ts';
+import { DEVELOPER_MONTH_RETAIN_SECONDS } from '../config/timing.ts';
+import { expiresAfter } from '../store/epoch.ts';
 import { updateOnce } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { monthOf } from './windows.ts';
@@ -13,8 +14,6 @@ import { monthOf } from './windows.ts';
  */
 
 const table = () => env().USAGE_TABLE;
-/** A month's item is kept this long after it was first written (for reporting), then DynamoDB's TTL removes it. */
-const RETAIN_SECONDS = 400 * DAY_SECONDS;
 
 /** The item's key; the format is stored data, so it must never change. */
 const developerMonthKey = (developerId: string, now: Date) => ({ pk: `devcompute#${developerId}#${monthOf(now)}` });
@@ -31,7 +30,7 @@ export async function addDeveloperCompute(developerId: string, seconds: number, 
       ':s': seconds,
       ':d': developerId,
       ':m': monthOf(now),
-      ':exp': expiresAfter(now, RETAIN_SECONDS),
+      ':exp': expiresAfter(now, DEVELOPER_MONTH_RETAIN_SECONDS),
     },
     ReturnValues: 'UPDATED_NEW',
   });

@@ -3,10 +3,11 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { BudgetClaim, Caller } from '../auth/claims.ts';
 import type { BudgetFigures } from '../refusals/refusal.ts';
 import { env } from '../config/env.ts';
+import { USAGE_WINDOW_RETAIN_SECONDS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
-import { DAY_SECONDS, expiresAfter, hasExpired } from '../store/epoch.ts';
+import { expiresAfter, hasExpired } from '../store/epoch.ts';
 import { addDeveloperCompute } from './developer-month.ts';
 import { windowEnd, windowStart } from './windows.ts';
 
@@ -65,8 +66,6 @@ export type ReserveResult =
 
 const METERS: Meter[] = ['ai', 'compute'];
 const table = () => env().USAGE_TABLE;
-/** Past windows are kept this long after they end (for reporting), then DynamoDB's TTL removes them. */
-const RETAIN_AFTER_WINDOW_SECONDS = 90 * DAY_SECONDS;
 
 export function windowFor(caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>, now: Date): WindowRef {
   const start = windowStart(caller.budget.window, now).toISOString();
@@ -99,7 +98,7 @@ async function ensureWindowItem(key: WindowRef): Promise<void> {
       computeReserved: 0,
       computeCommitted: 0,
       holds: {},
-      ...(end ? { expiresAt: expiresAfter(end, RETAIN_AFTER_WINDOW_SECONDS) } : {}),
+      ...(end ? { expiresAt: expiresAfter(end, USAGE_WINDOW_RETAIN_SECONDS) } : {}),
     },
     ConditionExpression: 'attribute_not_exists(pk)',
   });

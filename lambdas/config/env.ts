@@ -77,6 +77,18 @@ const EnvSchema = z.object({
    */
   VESSEL_REDRIVE_AFTER_SECONDS: z.coerce.number().int().min(1).default(120),
   /**
+   * A concurrency lease lapses this long after its last renewal (docs/contract.md, "Concurrency leases"); its renewal
+   * interval (a third of it), an executing vessel's heartbeat and a parked vessel's check derive from it
+   * (config/timing.ts). 60 s deployed; tests and local runs shorten it to see a crashed holder's slot freed sooner. At
+   * least 3 s: an execution must confirm its claim within the lease less two of its 1 s cancel polls.
+   */
+  LEASE_TTL_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(3, 'must be at least 3 s (an execution confirms its claim within the lease less two 1 s polls)')
+    .max(MAX_INVOCATION_SECONDS, `must not exceed the ${MAX_INVOCATION_SECONDS} s invocation limit`)
+    .default(60),
+  /**
    * The waits between webhook delivery attempts, in seconds, comma-separated: one retry per wait, then the dead-letter
    * queue (docs/webhooks.md). Svix's schedule by default; tests shorten it rather than wait for hours.
    */

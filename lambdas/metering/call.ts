@@ -3,6 +3,7 @@ import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
 import type { Reservation } from '../budgets/ledger.ts';
 import { env } from '../config/env.ts';
+import { INPUT_REPORT_WAIT_MS } from '../config/timing.ts';
 import { deferUntilReturn, finishBeforeReturn, holdResponse } from '../instance/unfinished.ts';
 import { accessRecord, timePhase, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
@@ -270,9 +271,6 @@ function reportedCost(micros: number | undefined, context: Record<string, unknow
   untrustedUsage(context, 'message');
   return undefined;
 }
-
-/** How long a stream whose reader left may still be read to learn the input count the provider reports. */
-export const INPUT_REPORT_WAIT_MS = 5_000;
 
 interface StreamMetering {
   caller: Caller;

@@ -4,6 +4,7 @@ import type { LookupFunction } from 'node:net';
 // copy handed as `dispatcher` to another copy's fetch is not supported. Importing both from the same package keeps
 // the connect-time DNS check (below) and fetch in agreement.
 import { Agent, fetch as undiciFetch, type RequestInit as UndiciRequestInit } from 'undici';
+import { OUTBOUND_CONNECT_TIMEOUT_MS, OUTBOUND_TIMEOUT_MS } from '../config/timing.ts';
 import { instanceValue, onInstanceReset } from '../instance/state.ts';
 import { checkUrl, currentAddressPolicy, isForbiddenAddress, OutboundRefused, type AddressPolicy } from './guard.ts';
 
@@ -15,8 +16,6 @@ import { checkUrl, currentAddressPolicy, isForbiddenAddress, OutboundRefused, ty
  * through `readCapped`.
  */
 
-export const DEFAULT_TIMEOUT_MS = 30_000;
-export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 /** 100 KiB. */
 export const DEFAULT_MAX_BYTES = 100 * 1024;
 
@@ -133,10 +132,10 @@ function surface(err: unknown, connectTimeoutMs: number, signal: AbortSignal): u
  * network failures. A 3xx comes back as the response, unfollowed. The total time-out also covers reading the body.
  */
 export async function outboundFetch(url: string | URL, init: RequestInit = {}, opts: OutboundOptions = {}): Promise<Response> {
-  const connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+  const connectTimeoutMs = opts.connectTimeoutMs ?? OUTBOUND_CONNECT_TIMEOUT_MS;
   const { agent, policy } = agentFor(connectTimeoutMs);
   const target = checkUrl(url, policy);
-  const signals = [timeoutSignal(opts.timeoutMs ?? DEFAULT_TIMEOUT_MS), opts.signal, init.signal];
+  const signals = [timeoutSignal(opts.timeoutMs ?? OUTBOUND_TIMEOUT_MS), opts.signal, init.signal];
   const signal = AbortSignal.any(signals.filter((s): s is AbortSignal => s != null));
   try {
     const response = await undiciFetch(target, {

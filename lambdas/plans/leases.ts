@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
-import { LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../config/timing.ts';
+import { LEASES_RETAIN_SECONDS, leaseRenewIntervalMs, leaseTtlMs } from '../config/timing.ts';
 import { conditionalPut, conditionalUpdate, type StoredItem } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
-import { DAY_SECONDS, expiresAfter } from '../store/epoch.ts';
+import { expiresAfter } from '../store/epoch.ts';
 import { ticker, type Ticker } from '../scheduling/watch.ts';
 
 /**
@@ -21,7 +21,7 @@ import { ticker, type Ticker } from '../scheduling/watch.ts';
  *   release  only while the lease exists and names the holder               → idempotent
  *   sweep    removes leases past their expiry, through the same conditional
  * An expired lease stops counting the moment it expires: an acquisition that finds no room sweeps the expired leases
- * it saw and tries again, so a crashed holder frees its slot within LEASE_TTL_MS without anyone's help.
+ * it saw and tries again, so a crashed holder frees its slot within a lease's length (leaseTtlMs) without anyone's help.
  */
 
 export type RunKind = 'prompt' | 'vessel' | 'ws';
@@ -55,8 +55,6 @@ export type AcquireResult = { ok: true; lease: Lease } | { ok: false; live: Live
 
 const table = () => env().LEASES_TABLE;
 const keyOf = (developerId: string) => ({ pk: `leases#${developerId}`, sk: 'leases' });
-/** The item outlives its last lease by a day, then DynamoDB's TTL removes it (a new acquisition recreates it). */
-const RETAIN_SECONDS = DAY_SECONDS;
 
 type StoredLease = LeaseHolder & { startedAt: number; expiresAt: number };
 
@@ -78,7 +76,7 @@ async function ensureItem(developerId: string, now: Date): Promise<void> {
   // Losing the race to another creator is fine: the item exists either way.
   await conditionalPut({
     TableName: table(),
-    Item: { ...keyOf(developerId), developerId, held: 0, leases: {}, expiresAt: expiresAfter(now, RETAIN_SECONDS) },
+    Item: { ...keyOf(developerId), developerId, held: 0, leases: {}, expiresAt: expiresAfter(now, LEASES_RETAIN_SECONDS) },
     ConditionExpression: 'attribute_not_exists(pk)',
   });
 }
@@ -89,7 +87,7 @@ async function ensureItem(developerId: string, now: Date): Promise<void> {
  */
 export async function acquireLease(developerId: string, holder: LeaseHolder, max: number, now = new Date()): Promise<AcquireResult> {
   const leaseId = randomUUID();
-  const lease: Lease = { ...holder, leaseId, developerId, startedAt: now.getTime(), expiresAt: now.getTime() + LEASE_TTL_MS };
+  const lease: Lease = { ...holder, leaseId, developerId, startedAt: now.getTime(), expiresAt: now.getTime() + leaseTtlMs() };
   const stored: StoredLease = {
     sessionId: holder.sessionId,
     userId: holder.userId,
@@ -108,7 +106,7 @@ export async function acquireLease(developerId: string, holder: LeaseHolder, max
       // when another write came in between; its own lease in `seen` is then this acquire's success (store/conditional.ts).
       ConditionExpression: 'attribute_exists(leases) AND attribute_not_exists(leases.#id) AND held < :max',
       ExpressionAttributeNames: { '#id': leaseId },
-      ExpressionAttributeValues: { ':lease': stored, ':one': 1, ':max': max, ':ttl': expiresAfter(now, RETAIN_SECONDS) },
+      ExpressionAttributeValues: { ':lease': stored, ':one': 1, ':max': max, ':ttl': expiresAfter(now, LEASES_RETAIN_SECONDS) },
     });
     if (out.ok || leasesOf(out.seen).some(([id]) => id === leaseId)) return { ok: true, lease };
     if (!out.seen) {
@@ -154,16 +152,16 @@ async function removeLease(developerId: string, leaseId: string, condition: stri
 
 export type RenewResult = { ok: true; lease: Lease } | { ok: false; reason: 'expired' | 'not_held' };
 
-/** Extends a live lease held by `lease.sessionId` to LEASE_TTL_MS from `now`. An expired or foreign lease is refused. */
+/** Extends a live lease held by `lease.sessionId` to a lease's length (leaseTtlMs) from `now`. An expired or foreign lease is refused. */
 export async function renewLease(lease: Lease, now = new Date()): Promise<RenewResult> {
-  const expiresAt = now.getTime() + LEASE_TTL_MS;
+  const expiresAt = now.getTime() + leaseTtlMs();
   const out = await conditionalUpdate({
     TableName: table(),
     Key: keyOf(lease.developerId),
     UpdateExpression: 'SET leases.#id.expiresAt = :exp, expiresAt = :ttl',
     ConditionExpression: 'attribute_exists(leases.#id) AND leases.#id.sessionId = :session AND leases.#id.expiresAt > :now',
     ExpressionAttributeNames: { '#id': lease.leaseId },
-    ExpressionAttributeValues: { ':exp': expiresAt, ':session': lease.sessionId, ':now': now.getTime(), ':ttl': expiresAfter(now, RETAIN_SECONDS) },
+    ExpressionAttributeValues: { ':exp': expiresAt, ':session': lease.sessionId, ':now': now.getTime(), ':ttl': expiresAfter(now, LEASES_RETAIN_SECONDS) },
   });
   if (out.ok) return { ok: true, lease: { ...lease, expiresAt } };
   const seen = leasesOf(out.seen).find(([id]) => id === lease.leaseId)?.[1];
@@ -215,8 +213,8 @@ export async function liveLeases(developerId: string, now = new Date()): Promise
 }
 
 /**
- * Renews a lease every LEASE_RENEW_INTERVAL_MS while its run lives. When a renewal is refused (the lease expired —
- * the process stalled for a minute — or was taken away), `onLost` is called once and renewing stops; a renewal that
+ * Renews a lease every leaseRenewIntervalMs() while its run lives. When a renewal is refused (the lease expired —
+ * the process stalled for a lease's length — or was taken away), `onLost` is called once and renewing stops; a renewal that
  * fails on the store's side is retried at the next turn. The renewals ride on the run's `ticker` when it has one (the
  * watch of a vessel or a /ws turn: one timer per run), else on one of their own. `stop` ends the renewals (release
  * the lease separately).
@@ -225,7 +223,7 @@ export function keepLeaseAlive(
   lease: Lease,
   opts: { onLost?: (reason: 'expired' | 'not_held') => void; intervalMs?: number; ticker?: Ticker } = {},
 ): { stop(): void; current(): Lease } {
-  const intervalMs = opts.intervalMs ?? LEASE_RENEW_INTERVAL_MS;
+  const intervalMs = opts.intervalMs ?? leaseRenewIntervalMs();
   let current = lease;
   const own = opts.ticker ? undefined : ticker(intervalMs);
   const stop = () => {

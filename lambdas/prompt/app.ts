@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
+import { runAdmitted } from '../agent/admitted-run.ts';
+import { MAX_RUN_SECONDS } from '../config/timing.ts';
 import { checkedRunOptions } from '../agent/checked-options.ts';
 import { PromptBody } from '../agent/options.ts';
 import type { RunEvent } from '../agent/result.ts';

@@ -1,10 +1,8 @@
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { env } from '../config/env.ts';
+import { SQS_MAX_DELAY_SECONDS } from '../config/timing.ts';
 import { instanceValue } from '../instance/state.ts';
 import { queueSpec, type QueueName } from '../store/queues.ts';
-
-/** SQS's longest delivery delay (15 minutes); later deliveries go through the scheduler. */
-export const MAX_DELAY_SECONDS = 900;
 
 /** Puts messages on the gateway's queues (QUEUES); the consumers read them with sqsConsumer (consumer.ts). */
 export interface QueueSender {
@@ -43,8 +41,8 @@ export function sqsQueueSender(): QueueSender {
       const queueUrl = env()[envVar];
       if (!queueUrl) throw new Error(`${envVar} is not set: this function may not send to the ${queue} queue (manifest access.queues)`);
       const delay = options.delaySeconds;
-      if (delay !== undefined && (!Number.isInteger(delay) || delay < 0 || delay > MAX_DELAY_SECONDS)) {
-        throw new RangeError(`delaySeconds must be an integer from 0 to ${MAX_DELAY_SECONDS}, got ${delay}`);
+      if (delay !== undefined && (!Number.isInteger(delay) || delay < 0 || delay > SQS_MAX_DELAY_SECONDS)) {
+        throw new RangeError(`delaySeconds must be an integer from 0 to ${SQS_MAX_DELAY_SECONDS}, got ${delay}`);
       }
       return sendTo(queueUrl, `the ${queue} queue`, body, delay);
     },

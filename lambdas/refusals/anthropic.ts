@@ -1,3 +1,4 @@
+import { BUSY_RETRY_AFTER_SECONDS } from '../config/timing.ts';
 import { anthropicError } from '../providers/errors.ts';
 import type { AnthropicErrorBody, AnthropicErrorType } from '../providers/types.ts';
 import { messageOf } from './describe.ts';
@@ -48,7 +49,7 @@ function retryHeaders(refusal: Refusal): Record<string, string> {
       return { 'x-should-retry': 'false', ...(refusal.retryAfterSeconds === undefined ? {} : { 'retry-after': String(refusal.retryAfterSeconds) }) };
     case 'budget_held':
     case 'concurrent_limit_reached':
-      return { 'x-should-retry': 'true', 'retry-after': '1' };
+      return { 'x-should-retry': 'true', 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) };
     case 'developer_budget_exhausted':
       return { 'x-should-retry': 'false' };
     case 'method_not_allowed':

@@ -1,3 +1,4 @@
+import { BUSY_RETRY_AFTER_SECONDS } from '../config/timing.ts';
 import { messageOf } from './describe.ts';
 import { statusOf, type Refusal } from './refusal.ts';
 
@@ -28,7 +29,7 @@ export function conjureRefusalParts(refusal: Refusal): { status: number; body: R
       return parts(
         { error: 'user_budget_exhausted', message: refusal.message, ai: refusal.budget.ai, compute: refusal.budget.compute },
         refusal.kind === 'budget_held'
-          ? { 'retry-after': '1' }
+          ? { 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) }
           : refusal.retryAfterSeconds === undefined
             ? {}
             : { 'retry-after': String(refusal.retryAfterSeconds) },
@@ -39,7 +40,7 @@ export function conjureRefusalParts(refusal: Refusal): { status: number; body: R
     }
     case 'concurrent_limit_reached': {
       const { active, max, sessions } = refusal;
-      return parts({ error: refusal.kind, active, max, sessions }, { 'retry-after': '1' });
+      return parts({ error: refusal.kind, active, max, sessions }, { 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) });
     }
     case 'upstream':
       return parts({ error: 'upstream_error', message: messageOf(refusal) });

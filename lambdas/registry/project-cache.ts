@@ -1,4 +1,5 @@
 import { env } from '../config/env.ts';
+import { PROJECT_REFRESH_INTERVAL_MS } from '../config/timing.ts';
 import { onInstanceReset } from '../instance/state.ts';
 import type { Project } from './model.ts';
 import { getProject } from './registry.ts';
@@ -10,10 +11,9 @@ import { getProject } from './registry.ts';
  *
  * A cached answer can be stale in the one way that refuses a good request: a secret just rotated, a provider key or
  * price just set, a project created after its id was probed. Callers that are about to refuse for such a reason ask
- * for `refresh`; the record is then read again, but at most once per REFRESH_INTERVAL_MS per project, and concurrent
+ * for `refresh`; the record is then read again, but at most once per PROJECT_REFRESH_INTERVAL_MS per project, and concurrent
  * reads of one project share one request — a flood of bad tokens stays one read a second (docs/contract.md).
  */
-const REFRESH_INTERVAL_MS = 1_000;
 const MAX_ENTRIES = 10_000;
 
 interface Entry {
@@ -28,7 +28,7 @@ export async function cachedProject(projectId: string, opts: { refresh?: boolean
   const hit = cache.get(projectId);
   if (hit) {
     const fresh = now - hit.readAt < env().SECRET_CACHE_SECONDS * 1000;
-    const mayRefresh = opts.refresh && now - hit.readAt >= REFRESH_INTERVAL_MS;
+    const mayRefresh = opts.refresh && now - hit.readAt >= PROJECT_REFRESH_INTERVAL_MS;
     if (fresh && !mayRefresh) return hit.project;
   }
   let pending = inFlight.get(projectId);

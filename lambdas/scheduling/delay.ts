@@ -1,4 +1,5 @@
-import { MAX_DELAY_SECONDS, sqsQueueSender, type QueueSender } from '../queues/sender.ts';
+import { SQS_MAX_DELAY_SECONDS } from '../config/timing.ts';
+import { sqsQueueSender, type QueueSender } from '../queues/sender.ts';
 import type { QueueName } from '../store/queues.ts';
 import { isScheduleConflict, scheduler, type Scheduler } from './scheduler.ts';
 
@@ -9,7 +10,7 @@ import { isScheduleConflict, scheduler, type Scheduler } from './scheduler.ts';
  */
 
 /** Whether something due at `at` (epoch ms) is further ahead than a queue delay reaches, and so needs a schedule. */
-export const needsSchedule = (at: number, now: Date) => at - now.getTime() > MAX_DELAY_SECONDS * 1000;
+export const needsSchedule = (at: number, now: Date) => at - now.getTime() > SQS_MAX_DELAY_SECONDS * 1000;
 
 /**
  * Whole seconds of queue delay until `at` (epoch ms), at most SQS's 15 minutes. Rounded `down` (default), a message
@@ -17,7 +18,7 @@ export const needsSchedule = (at: number, now: Date) => at - now.getTime() > MAX
  */
 export function delayUntil(at: number, now: Date, round: 'down' | 'up' = 'down'): number {
   const seconds = (at - now.getTime()) / 1000;
-  return Math.min(MAX_DELAY_SECONDS, Math.max(0, round === 'down' ? Math.floor(seconds) : Math.ceil(seconds)));
+  return Math.min(SQS_MAX_DELAY_SECONDS, Math.max(0, round === 'down' ? Math.floor(seconds) : Math.ceil(seconds)));
 }
 
 export interface Delivery {

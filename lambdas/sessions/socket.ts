@@ -5,7 +5,7 @@ import { checkedRunOptions } from '../agent/checked-options.ts';
 import { SessionOptions } from '../agent/options.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
-import { CLOCK_TOLERANCE_SECONDS } from '../auth/tokens.ts';
+import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
@@ -116,7 +116,7 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
   }
   const { connection } = touched;
   // The same leeway as the check at connect (auth/tokens.ts), so a token accepted there is not refused at once here.
-  if ((connection.caller.expiresAt + CLOCK_TOLERANCE_SECONDS) * 1000 <= Date.now()) {
+  if ((connection.caller.expiresAt + TOKEN_CLOCK_TOLERANCE_SECONDS) * 1000 <= Date.now()) {
     await reply(errorFrame('token_expired', 'The token this connection was opened with has expired: connect again with a fresh one'));
     await sender.close(event.connectionId);
     return;

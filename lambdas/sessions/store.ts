@@ -2,6 +2,7 @@ import type Anthropic from '@anthropic-ai/sdk';
 import { DeleteCommand, GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
+import { CONNECTION_TTL_SECONDS, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../config/timing.ts';
 import { conditionalPut, conditionalUpdate, type ConditionalResult, type StoredItem } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import {
@@ -26,15 +27,6 @@ import { SessionStates, STATE_PLACEHOLDERS, type SessionState } from './states.t
  * it happens once however often the SDK sends it. Every change pushes the session's expiry
  * (SESSION_RETENTION_SECONDS after its last change: the table's TTL deletes it then).
  */
-
-/** A running turn's worker renews its claim this often… */
-export const TURN_HEARTBEAT_MS = 20_000;
-/** …and the sweeper frees a turn whose claim is older than this (the worker stopped: `turn_lost`). */
-export const TURN_STALE_MS = 60_000;
-/** A queued turn no worker has claimed for this long is freed too (its queue message was lost). */
-export const TURN_QUEUED_STALE_MS = 120_000;
-/** How long a connection item outlives its connect: API Gateway closes every connection after 2 hours. */
-const CONNECTION_TTL_SECONDS = 3 * 3600;
 
 export const SWEEP_CONNECTION = 'connection';
 export const SWEEP_TURN = 'turn';

@@ -1,5 +1,6 @@
 import * as z from 'zod';
-import { MAX_RUN_SECONDS, runAdmittedSegment } from '../agent/admitted-run.ts';
+import { runAdmittedSegment } from '../agent/admitted-run.ts';
+import { MAX_RUN_SECONDS } from '../config/timing.ts';
 import type { RunState } from '../agent/result.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';

@@ -1,8 +1,8 @@
-import { STOP_POLL_MS } from '../config/timing.ts';
+import { STOP_POLL_MS, TURN_HEARTBEAT_MS, TURN_STALE_MS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import { INTERRUPTED } from '../agent/result.ts';
 import { watchRecord, type Ticker } from '../scheduling/watch.ts';
-import { heartbeatTurn, TURN_HEARTBEAT_MS, TURN_STALE_MS, turnSignals } from './store.ts';
+import { heartbeatTurn, turnSignals } from './store.ts';
 
 /** The abort reason of a turn whose client went away (no result is sent: nobody is there). */
 export const CLIENT_GONE = 'The client went away';

@@ -4,10 +4,6 @@
  * seconds, rounded down, so an instant and its stored form agree on which second it falls in.
  */
 
-export const MINUTE_SECONDS = 60;
-export const HOUR_SECONDS = 3_600;
-export const DAY_SECONDS = 86_400;
-
 /** The whole second `date` falls in. */
 export function epochSeconds(date: Date = new Date()): number {
   return Math.floor(date.getTime() / 1000);

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Caller } from '../auth/claims.ts';
-import { CANCEL_POLL_MS } from '../config/timing.ts';
+import { CANCEL_POLL_MS, CANCEL_WAIT_MS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import type { Refusable, Refusal } from '../refusals/refusal.ts';
 import { scheduler } from '../scheduling/scheduler.ts';
@@ -23,9 +23,6 @@ export const vesselNotFound = (vesselId: string): Refusal => ({
   kind: 'vessel_not_found',
   message: `No vessel ${vesselId.slice(0, 128)} for this token: a vessel is visible only with a valid token of the project and user that queued it (Authorization: Bearer <token>)`,
 });
-
-/** How long a cancel of an executing vessel waits for the run to stop before answering with the record as it is. */
-const CANCEL_WAIT_MS = 5_000;
 
 /**
  * Cancels a vessel (docs/incubate.md, "Cancel"): waiting (PENDING, QUEUED) → CANCELED at once, its schedule removed;

@@ -62,7 +62,7 @@ export interface StoredWebhook {
   tried: number;
   /** Every attempt of every round, oldest first. */
   attempts: StoredAttempt[];
-  /** The attempt a sender is making now, and when it started (epoch ms); a claim older than CLAIM_STALE_MS is void. */
+  /** The attempt a sender is making now, and when it started (epoch ms); a claim older than WEBHOOK_CLAIM_STALE_MS (config/timing.ts) is void. */
   claim?: { attempt: number; at: number; by: string };
   /** While pending after a failed attempt: when the next one is due (epoch ms). */
   nextAttemptAt?: number;
@@ -73,9 +73,6 @@ export interface StoredWebhook {
 
 /** The delivery state of a vessel whose callback is about to be handed off: round 1, nothing tried. */
 export const firstRound = (): StoredWebhook => ({ status: 'pending', round: 1, tried: 0, attempts: [] });
-
-/** A claim this old belongs to a sender that died (the webhook sender runs for 30 s at most). */
-export const CLAIM_STALE_MS = 60_000;
 
 const iso = (ms: number) => new Date(ms).toISOString();
 

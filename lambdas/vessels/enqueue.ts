@@ -1,13 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type { RunOptions } from '../agent/options.ts';
 import type { Caller } from '../auth/claims.ts';
+import { VESSEL_RETENTION_SECONDS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import type { Refusable } from '../refusals/refusal.ts';
 import { keyCipher } from '../registry/key-cipher.ts';
 import { queueResponse, vesselKey, type QueueResponse, type StoredCallback, type StoredVessel } from './record.ts';
 import { fingerprint, type Callback } from './request.ts';
 import { expiresAfter } from '../store/epoch.ts';
-import { createVessel, deleteUntriggered, forgetIdempotencyKey, getVessel, reconcileShardOf, redriveAt, RETENTION_SECONDS } from './store.ts';
+import { createVessel, deleteUntriggered, forgetIdempotencyKey, getVessel, reconcileShardOf, redriveAt } from './store.ts';
 import { needsSchedule } from '../scheduling/delay.ts';
 import { scheduleNameOf, triggerVessel } from './trigger.ts';
 
@@ -80,7 +81,7 @@ export async function enqueueVessel(request: VesselRequest, item: { message: str
     reconcileShard: reconcileShardOf(vesselId),
     reconcileAt: redriveAt(scheduledFor),
     // A waiting vessel is kept until 30 days after it was due; an ended one, 30 days after it ended.
-    expiresAt: expiresAfter(request.due, RETENTION_SECONDS),
+    expiresAt: expiresAfter(request.due, VESSEL_RETENTION_SECONDS),
   };
 
   for (let attempt = 0; attempt < 2; attempt++) {

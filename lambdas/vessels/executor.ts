@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { MAX_RUN_SECONDS, runAdmitted } from '../agent/admitted-run.ts';
-import { LEASE_TTL_MS, WAIT_OUT_MS } from '../config/timing.ts';
+import { runAdmitted } from '../agent/admitted-run.ts';
+import { END_WRITE_BACKOFF_MS, HELD_BUDGET_BACKOFF_MAX_SECONDS, leaseTtlMs, MAX_RUN_SECONDS, WAIT_OUT_MS } from '../config/timing.ts';
 import type { RunResult } from '../agent/result.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
@@ -30,13 +30,12 @@ import { watchExecution } from './watch.ts';
  *   cancel; the end is one conditional move to COMPLETED, FAILED or CANCELED (only by this execution).
  */
 
-/** Back-off while the user's budget is held: 1 s, doubling per wait, at most 30 s, jittered between half and all of it. */
-const BACKOFF_MAX_SECONDS = 30;
 /** Tries at writing a run's end before the message is failed (and the reconciler takes over). */
 const END_WRITE_ATTEMPTS = 4;
 
+/** Back-off while the user's budget is held: 1 s, doubling per wait, at most 30 s, jittered between half and all of it. */
 export function heldBudgetBackoffSeconds(waits: number, random = Math.random()): number {
-  const base = Math.min(BACKOFF_MAX_SECONDS, 2 ** Math.min(waits, 10));
+  const base = Math.min(HELD_BUDGET_BACKOFF_MAX_SECONDS, 2 ** Math.min(waits, 10));
   return Math.max(1, Math.ceil(base / 2 + (random * base) / 2));
 }
 
@@ -79,7 +78,7 @@ async function start(vessel: StoredVessel, admission: Extract<RunAdmission, { ok
       runId: admission.lease.leaseId,
       startedAt: vessel.startedAt ?? now.getTime(),
       attempts: vessel.attempts + 1,
-      reconcileAt: now.getTime() + LEASE_TTL_MS,
+      reconcileAt: now.getTime() + leaseTtlMs(),
     },
     remove: ['parkedFor', 'parkedAt'],
     now,
@@ -160,7 +159,7 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
     } catch (err) {
       if (attempt >= END_WRITE_ATTEMPTS) throw err;
       logger.warn("writing a vessel's end failed; retrying", { vesselId: vessel.vesselId, error: err as Error });
-      await sleep(250 * 2 ** attempt);
+      await sleep(END_WRITE_BACKOFF_MS * 2 ** attempt);
     }
   }
   if (!ended) logger.warn('vessel end not written: the vessel moved meanwhile', { vesselId: vessel.vesselId, runId });

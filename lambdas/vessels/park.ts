@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
+import { parkCheckMs } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import { onCapacityFreed } from '../plans/leases.ts';
 import { documentClient } from '../store/dynamo.ts';
@@ -16,18 +17,15 @@ import { sendRunMessage } from './trigger.ts';
  * not crowd the queue every other developer's vessels go through. Whenever a run of the developer ends and gives its
  * lease back, the oldest parked vessel is woken (a new trigger on the queue): giving a lease back tells the listeners
  * of plans/leases.ts, and this module registers the wake there when it is loaded. The reconciler is the safety net
- * for a wake that never came (a slot freed by a crashed run): it looks at parked vessels every PARK_CHECK_SECONDS and
- * wakes them when their developer has room.
+ * for a wake that never came (a slot freed by a crashed run): it looks at parked vessels a lease's length after they
+ * parked (parkCheckMs) and wakes them when their developer has room.
  */
-
-/** How long a parked vessel waits before the reconciler checks whether its developer has room after all. */
-export const PARK_CHECK_SECONDS = 60;
 
 /** Parks a due vessel refused for capacity (PENDING → QUEUED, or QUEUED staying), keeping its place in the line. */
 export async function parkVessel(v: StoredVessel, developerId: string, now: Date): Promise<VesselWrite> {
   const park = {
     when: { expression: 'driveId = :drive', values: { ':drive': v.driveId } },
-    set: { parkedFor: developerId, parkedAt: v.parkedAt ?? now.getTime(), reconcileAt: now.getTime() + PARK_CHECK_SECONDS * 1000 },
+    set: { parkedFor: developerId, parkedAt: v.parkedAt ?? now.getTime(), reconcileAt: now.getTime() + parkCheckMs() },
     now,
   };
   return v.status === 'PENDING' ? moveVessel(v.vesselId, { to: 'QUEUED', from: 'PENDING', ...park }) : touchVessel(v.vesselId, { status: 'QUEUED', ...park });

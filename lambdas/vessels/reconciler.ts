@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import pLimit from 'p-limit';
 import { env } from '../config/env.ts';
+import { parkCheckMs } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { VESSELS_RECONCILE_INDEX } from '../store/tables.ts';
@@ -11,7 +12,7 @@ import { isWaiting, VesselStates } from './states.ts';
 import { moveVessel, RECONCILE_SHARDS, redriveAt, touchVessel } from './store.ts';
 import { delayUntil } from '../scheduling/delay.ts';
 import { sendRunMessage } from './trigger.ts';
-import { PARK_CHECK_SECONDS, wakeVessel } from './park.ts';
+import { wakeVessel } from './park.ts';
 import { sendWebhookMessage } from './callback.ts';
 import { getDeveloper } from '../registry/registry.ts';
 import { liveLeases } from '../plans/leases.ts';
@@ -22,7 +23,7 @@ import { tierFor } from '../plans/tiers.ts';
  * sits in the table's `reconcile` index with the moment it should have moved by (`reconcileAt`). Each minute in AWS
  * (and at start-up and periodically in the local runtime) the reconciler takes the ones whose moment has passed:
  * - parked for capacity past its check time: woken if its developer has a free slot now (a slot freed by a run that
- *   died woke nobody), else checked again PARK_CHECK_SECONDS later;
+ *   died woke nobody), else checked again a lease's length later (parkCheckMs);
  * - waiting (PENDING/QUEUED) and due, yet not started: its trigger was lost (a message dropped, a schedule that never
  *   fired, a crashed local runtime) → re-driven with a new trigger, which makes any old message stale;
  * - EXECUTING whose execution stopped renewing it (its executor died): retried as QUEUED while attempts remain,
@@ -140,7 +141,7 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
     await touchVessel(v.vesselId, {
       status: 'QUEUED',
       when: { expression: `parkedFor = :dev AND ${late.expression}`, values: { ':dev': v.parkedFor, ...late.values } },
-      set: { reconcileAt: now.getTime() + PARK_CHECK_SECONDS * 1000 },
+      set: { reconcileAt: now.getTime() + parkCheckMs() },
     });
     return undefined;
   }

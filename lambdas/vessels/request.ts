@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import { stringify } from 'safe-stable-stringify';
 import * as z from 'zod';
 import { RunOptions } from '../agent/options.ts';
+import { MAX_SCHEDULE_AHEAD_SECONDS } from '../config/timing.ts';
 import { checkUrl, OutboundRefused } from '../outbound/guard.ts';
-import { DAY_SECONDS } from '../store/epoch.ts';
 
 /**
  * The bodies of POST /incubate and POST /incubate/batch (docs/incubate.md), one zod schema each, reused for
@@ -11,8 +11,6 @@ import { DAY_SECONDS } from '../store/epoch.ts';
  * validated exactly as a /prompt run's.
  */
 
-/** How far ahead a vessel may be scheduled (docs/incubate.md, "Scheduling"). */
-export const MAX_SCHEDULE_AHEAD_SECONDS = 365 * DAY_SECONDS;
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 export const MAX_BATCH_ITEMS = 100;
 

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import { DeleteCommand, GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
+import { IDEMPOTENCY_RETRY_BASE_MS, IDEMPOTENCY_RETRY_JITTER_MS, VESSEL_RETENTION_SECONDS } from '../config/timing.ts';
 import { conditionalUpdate, type ConditionalResult } from '../store/conditional.ts';
 import { documentClient, isConditionFailure } from '../store/dynamo.ts';
-import { DAY_SECONDS, epochSeconds, expiresAfter, hasExpired } from '../store/epoch.ts';
+import { epochSeconds, expiresAfter, hasExpired } from '../store/epoch.ts';
 import { vesselKey, type StoredVessel, type VesselOutput } from './record.ts';
 import { VesselStates, type VesselStatus } from './states.ts';
 
@@ -16,8 +17,6 @@ import { VesselStates, type VesselStatus } from './states.ts';
  *   idem#<projectId>#<sha256(key)>        { vesselId, fingerprint, idempotencyKey }, kept 30 days
  */
 
-/** Idempotency keys, and ended vessels, are kept this long (docs/incubate.md, "Retention"). */
-export const RETENTION_SECONDS = 30 * DAY_SECONDS;
 /** Shards of the reconcile index's partition key, so watched vessels do not all sit in one partition. */
 export const RECONCILE_SHARDS = 4;
 
@@ -60,7 +59,7 @@ export async function createVessel(vessel: StoredVessel, fingerprint: string, no
                   vesselId: vessel.vesselId,
                   fingerprint,
                   idempotencyKey: vessel.idempotencyKey,
-                  expiresAt: expiresAfter(now, RETENTION_SECONDS),
+                  expiresAt: expiresAfter(now, VESSEL_RETENTION_SECONDS),
                 },
                 // DynamoDB's TTL deletes lazily: a key past its 30 days is free even while the item lingers.
                 ConditionExpression: 'attribute_not_exists(pk) OR expiresAt <= :now',
@@ -77,7 +76,7 @@ export async function createVessel(vessel: StoredVessel, fingerprint: string, no
       if (existing) return { created: false, existing };
       // A concurrent transaction on the same key (cancelled as a conflict) that has not landed, or a key freed
       // meanwhile: try again, a little later.
-      await new Promise((r) => setTimeout(r, 10 + Math.random() * 40 * (attempt + 1)));
+      await new Promise((r) => setTimeout(r, IDEMPOTENCY_RETRY_BASE_MS + Math.random() * IDEMPOTENCY_RETRY_JITTER_MS * (attempt + 1)));
     }
   }
   throw new Error(`Could not claim idempotency key for vessel ${vessel.vesselId}: the key kept changing`);
@@ -234,5 +233,5 @@ function updateClauses(set: Record<string, unknown>, remove: readonly string[] =
 
 /** What an ended vessel keeps: its output and end time; retained 30 days from now. */
 export function endedAttributes(output: VesselOutput, now: Date): Record<string, unknown> {
-  return { output, completedAt: now.getTime(), expiresAt: expiresAfter(now, RETENTION_SECONDS) };
+  return { output, completedAt: now.getTime(), expiresAt: expiresAfter(now, VESSEL_RETENTION_SECONDS) };
 }

@@ -1,6 +1,6 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
-import { CANCEL_POLL_MS, LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../config/timing.ts';
+import { CANCEL_POLL_MS, leaseRenewIntervalMs, leaseTtlMs } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import { watchRecord, type Ticker } from '../scheduling/watch.ts';
 import { documentClient } from '../store/dynamo.ts';
@@ -23,7 +23,7 @@ export interface ExecutionWatch {
 /**
  * Watches an EXECUTING vessel on behalf of its execution (`runId`), with the watch loop (scheduling/watch.ts):
  * - every CANCEL_POLL_MS, reads whether a cancel was requested, and aborts the run with the reason if so;
- * - every LEASE_RENEW_INTERVAL_MS, pushes the vessel's `reconcileAt` a lease's length ahead — the reconciler treats
+ * - every leaseRenewIntervalMs(), pushes the vessel's `reconcileAt` a lease's length ahead — the reconciler treats
  *   an execution that stopped doing so as dead and retries the vessel;
  * - when that heartbeat finds the vessel moved on, or cannot be confirmed before `reconcileAt` would pass, the run is
  *   aborted and marked taken over: two executions of one vessel never run on together.
@@ -31,6 +31,7 @@ export interface ExecutionWatch {
 export function watchExecution(vesselId: string, runId: string, abort: AbortController, opts: { pollMs?: number; heartbeatMs?: number } = {}): ExecutionWatch {
   let canceled = false;
   const pollMs = opts.pollMs ?? CANCEL_POLL_MS;
+  const leaseMs = leaseTtlMs();
   const cancel = () => {
     canceled = true;
     abort.abort('The vessel was canceled while it ran');
@@ -38,13 +39,13 @@ export function watchExecution(vesselId: string, runId: string, abort: AbortCont
   const watch = watchRecord({
     signal: abort.signal,
     pollMs,
-    heartbeatMs: opts.heartbeatMs ?? LEASE_RENEW_INTERVAL_MS,
+    heartbeatMs: opts.heartbeatMs ?? leaseRenewIntervalMs(),
     // Only the heartbeat pushes `reconcileAt`, so only it confirms the execution for the reconciler's sake.
     async beat(now) {
       const beat = await touchVessel(vesselId, {
         status: 'EXECUTING',
         when: { expression: 'runId = :run', values: { ':run': runId } },
-        set: { reconcileAt: now + LEASE_TTL_MS },
+        set: { reconcileAt: now + leaseMs },
       });
       if (!beat.ok) return { lost: 'the vessel was given to another execution' };
       if (beat.vessel.cancelRequested) cancel();
@@ -65,7 +66,7 @@ export function watchExecution(vesselId: string, runId: string, abort: AbortCont
       if (seen.cancelRequested) cancel();
       return {};
     },
-    confirmWithinMs: LEASE_TTL_MS - 2 * pollMs,
+    confirmWithinMs: leaseMs - 2 * pollMs,
     onLost(why) {
       logger.warn('vessel execution stops: it no longer owns the vessel', { vesselId, runId, why });
       abort.abort(`The execution stopped: ${why}`);

@@ -1,3 +1,4 @@
+import { WEBHOOK_ATTEMPT_TIMEOUT_MS } from '../config/timing.ts';
 import { outboundFetch, readCapped } from '../outbound/fetch.ts';
 import { OutboundRefused } from '../outbound/guard.ts';
 import type { StoredAttempt } from '../vessels/delivery.ts';
@@ -9,7 +10,6 @@ import { hexSignature, standardSignature } from './signature.ts';
  * outbound-safety guard (no private or metadata addresses, no redirects followed), cut at 10 s, and what came of it.
  */
 
-export const DELIVERY_TIMEOUT_MS = 10_000;
 /** The receiver's answer is not kept: at most this much of it is read, so the connection can be reused. */
 const RESPONSE_BYTES_READ = 4 * 1024;
 export const WEBHOOK_USER_AGENT = 'prompt-gateway-webhooks/1.0';
@@ -56,7 +56,7 @@ export async function attemptDelivery(url: string, body: string, headers: Record
   const at = now();
   const took = () => Math.max(0, now() - at);
   try {
-    const res = await outboundFetch(url, { method: 'POST', headers, body }, { timeoutMs: DELIVERY_TIMEOUT_MS });
+    const res = await outboundFetch(url, { method: 'POST', headers, body }, { timeoutMs: WEBHOOK_ATTEMPT_TIMEOUT_MS });
     await drain(res);
     const statusCode = res.status;
     const attempt = { at, durationMs: took(), statusCode };
@@ -79,7 +79,7 @@ async function drain(res: Response): Promise<void> {
 function describe(err: unknown): string {
   if (err instanceof OutboundRefused) return `refused: ${err.message}`;
   const e = err as { name?: string; message?: string; cause?: { code?: string; message?: string } };
-  if (e?.name === 'TimeoutError') return `timed out: ${e.message ?? `no answer within ${DELIVERY_TIMEOUT_MS} ms`}`;
+  if (e?.name === 'TimeoutError') return `timed out: ${e.message ?? `no answer within ${WEBHOOK_ATTEMPT_TIMEOUT_MS} ms`}`;
   const code = e?.cause?.code;
   if (code) return `connection failed: ${code}`;
   return `connection failed: ${e?.cause?.message ?? e?.message ?? String(err)}`;

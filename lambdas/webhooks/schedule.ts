@@ -1,13 +1,11 @@
 import { env } from '../config/env.ts';
+import { MAX_RETRY_AFTER_SECONDS } from '../config/timing.ts';
 
 /**
  * When a failed delivery is tried again (docs/webhooks.md, "Retries"): after the waits of WEBHOOK_RETRY_WAITS — by
  * default Svix's 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, so 1 + 7 attempts over about 27.6 hours — then never.
  * A receiver that answers 429 or 503 with `Retry-After` is given at least the time it asked for.
  */
-
-/** The longest Retry-After honoured: a receiver cannot park a delivery for longer than the last wait of the schedule. */
-export const MAX_RETRY_AFTER_SECONDS = 36_000;
 
 /** The waits of the schedule, in seconds: retry N comes waits[N-1] after attempt N. */
 export const retryWaits = (): readonly number[] => env().WEBHOOK_RETRY_WAITS;

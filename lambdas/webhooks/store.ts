@@ -1,10 +1,10 @@
 import { env } from '../config/env.ts';
+import { WEBHOOK_CLAIM_STALE_MS } from '../config/timing.ts';
 import { conditionalUpdate } from '../store/conditional.ts';
 import { vesselKey, type StoredVessel } from '../vessels/record.ts';
 import { VesselStates } from '../vessels/states.ts';
 import { reconcileShardOf, redriveAt } from '../vessels/store.ts';
 import {
-  CLAIM_STALE_MS,
   firstRound,
   WEBHOOK_STATUS_PLACEHOLDERS,
   WebhookStates,
@@ -104,7 +104,7 @@ export async function claimAttempt(vessel: StoredVessel, m: { round: number; att
     state: inStatus('pending'),
     condition: '#w.#round = :round AND #w.#tried = :before AND (attribute_not_exists(#w.#claim) OR #w.#claim.#attempt <> :attempt OR #w.#claim.#at < :stale)',
     update: 'SET #w.#claim = :claim',
-    values: { ':round': m.round, ':before': m.attempt - 1, ':attempt': m.attempt, ':stale': now - CLAIM_STALE_MS, ':claim': claim },
+    values: { ':round': m.round, ':before': m.attempt - 1, ':attempt': m.attempt, ':stale': now - WEBHOOK_CLAIM_STALE_MS, ':claim': claim },
   });
   return updated !== undefined;
 }

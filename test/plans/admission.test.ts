@@ -4,7 +4,7 @@ import type { Caller } from '../../lambdas/auth/claims.ts';
 import { admitRun, concurrencyRefusal, developerBudgetRefusal, type RunAdmission } from '../../lambdas/plans/admission.ts';
 import { addDeveloperCompute } from '../../lambdas/budgets/developer-month.ts';
 import { developerAllowance } from '../../lambdas/plans/compute.ts';
-import { LEASE_TTL_MS } from '../../lambdas/config/timing.ts';
+import { leaseTtlMs } from '../../lambdas/config/timing.ts';
 import { releaseLease, type Lease } from '../../lambdas/plans/leases.ts';
 import { anthropicRefusal } from '../../lambdas/refusals/anthropic.ts';
 import { conjureRefusal } from '../../lambdas/refusals/conjure.ts';
@@ -80,9 +80,9 @@ describe('concurrency by tier, across projects', () => {
     expect((await admit(p, at(1))).ok).toBe(false);
     await releaseLease((finished as { lease: Lease }).lease);
     expect((await admit(p, at(2))).ok).toBe(true);
-    expect((await admit(p, at(LEASE_TTL_MS - 1))).ok).toBe(false);
+    expect((await admit(p, at(leaseTtlMs() - 1))).ok).toBe(false);
     // The crashed run's lease (never renewed) has expired: its slot is free.
-    expect((await admit(p, at(LEASE_TTL_MS))).ok).toBe(true);
+    expect((await admit(p, at(leaseTtlMs()))).ok).toBe(true);
   });
 });
 

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { env } from '../../lambdas/config/env.ts';
-import { LEASE_RENEW_INTERVAL_MS, LEASE_TTL_MS } from '../../lambdas/config/timing.ts';
+import { leaseRenewIntervalMs, leaseTtlMs } from '../../lambdas/config/timing.ts';
 import {
   acquireLease,
   giveBackLease,
@@ -108,27 +108,27 @@ describe('expiry, renewal and release', () => {
     const dev = developer();
     const first = held(await acquireLease(dev, holder({ sessionId: 'crashed' }), 1, T0));
     // Just before the expiry it still counts.
-    const early = await acquireLease(dev, holder(), 1, at(LEASE_TTL_MS - 1));
-    expect(early).toEqual({ ok: false, max: 1, live: [{ sessionId: 'crashed', userId: 'u1', ageMs: LEASE_TTL_MS - 1 }] });
+    const early = await acquireLease(dev, holder(), 1, at(leaseTtlMs() - 1));
+    expect(early).toEqual({ ok: false, max: 1, live: [{ sessionId: 'crashed', userId: 'u1', ageMs: leaseTtlMs() - 1 }] });
     // At the expiry it no longer counts: swept, and the slot is taken.
-    const next = held(await acquireLease(dev, holder({ sessionId: 'next' }), 1, at(LEASE_TTL_MS)));
-    expect(await liveLeases(dev, at(LEASE_TTL_MS))).toEqual([{ sessionId: 'next', userId: 'u1', ageMs: 0 }]);
+    const next = held(await acquireLease(dev, holder({ sessionId: 'next' }), 1, at(leaseTtlMs())));
+    expect(await liveLeases(dev, at(leaseTtlMs()))).toEqual([{ sessionId: 'next', userId: 'u1', ageMs: 0 }]);
     // The crashed holder cannot come back.
-    expect(await renewLease(first, at(LEASE_TTL_MS + 1))).toEqual({ ok: false, reason: 'not_held' });
+    expect(await renewLease(first, at(leaseTtlMs() + 1))).toEqual({ ok: false, reason: 'not_held' });
     expect(await releaseLease(first)).toEqual({ released: false });
-    expect(await liveLeases(dev, at(LEASE_TTL_MS))).toHaveLength(1);
+    expect(await liveLeases(dev, at(leaseTtlMs()))).toHaveLength(1);
     expect(next.sessionId).toBe('next');
   });
 
   it('renewing extends the expiry from the renewal; an expired lease cannot be renewed', async () => {
     const dev = developer();
     const lease = held(await acquireLease(dev, holder({ sessionId: 'steady' }), 1, T0));
-    const renewed = await renewLease(lease, at(LEASE_RENEW_INTERVAL_MS));
-    expect(renewed).toEqual({ ok: true, lease: { ...lease, expiresAt: T0.getTime() + LEASE_RENEW_INTERVAL_MS + LEASE_TTL_MS } });
+    const renewed = await renewLease(lease, at(leaseRenewIntervalMs()));
+    expect(renewed).toEqual({ ok: true, lease: { ...lease, expiresAt: T0.getTime() + leaseRenewIntervalMs() + leaseTtlMs() } });
     // Past the first expiry, still held thanks to the renewal: a competitor is refused.
-    expect((await acquireLease(dev, holder(), 1, at(LEASE_TTL_MS + 1))).ok).toBe(false);
+    expect((await acquireLease(dev, holder(), 1, at(leaseTtlMs() + 1))).ok).toBe(false);
     // Not renewed again: gone at renewal + TTL.
-    const late = at(LEASE_RENEW_INTERVAL_MS + LEASE_TTL_MS);
+    const late = at(leaseRenewIntervalMs() + leaseTtlMs());
     expect(await renewLease(lease, late)).toEqual({ ok: false, reason: 'expired' });
     expect((await acquireLease(dev, holder(), 1, late)).ok).toBe(true);
   });

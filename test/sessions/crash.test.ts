@@ -13,10 +13,10 @@ import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { sweepExpired, windowFor } from '../../lambdas/budgets/ledger.ts';
 import { env } from '../../lambdas/config/env.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
-import { LEASE_TTL_MS } from '../../lambdas/config/timing.ts';
+import { leaseTtlMs, TURN_STALE_MS } from '../../lambdas/config/timing.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { sessionKey } from '../../lambdas/sessions/record.ts';
-import { getSession, TURN_STALE_MS } from '../../lambdas/sessions/store.ts';
+import { getSession } from '../../lambdas/sessions/store.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { groupMembers } from '../support/gateway-process.ts';
 import { windowsWithHolds } from '../support/holds.ts';
@@ -43,7 +43,7 @@ import { connectWs, type WsClient } from '../support/ws.ts';
  * which charges them at their held amount — the turn's compute to the developer's month as well (the hold names the
  * developer); the test runs that sweep (lambdas/budgets/ledger.ts sweepExpired) at a
  * `now` past their expiry, as test/budgets/ledger.test.ts does, after which no hold remains. The crashed turn's
- * concurrency lease is not released either: it lapses LEASE_TTL_MS after its last renewal.
+ * concurrency lease is not released either: it lapses a lease's length (LEASE_TTL_SECONDS) after its last renewal.
  */
 const USER = 'ws-crash-user';
 /** A lifetime window: the holds stay in one window item however long the test takes (no midnight in between). */
@@ -303,12 +303,12 @@ describe('a crash of the process running a /ws turn', () => {
     expect(sum('compute')).toBeGreaterThan(0);
     expect((await developerComputeUsed(DEV_DEVELOPER, expiry)) - monthBefore).toBe(sum('compute'));
 
-    // The dead turn's lease was never released: it is the only one left, and lapses LEASE_TTL_MS after its last
+    // The dead turn's lease was never released: it is the only one left, and lapses a lease's length after its last
     // renewal (before the crash) — the new turn's was released.
     const leases = Object.values(await storedLeases());
     expect(leases.map((l) => [l.sessionId, l.kind])).toEqual([[sessionId, 'ws']]);
-    expect(leases[0]!.expiresAt).toBeLessThanOrEqual(killedAt + LEASE_TTL_MS);
-    expect(await liveLeases(DEV_DEVELOPER, new Date(killedAt + LEASE_TTL_MS))).toEqual([]);
+    expect(leases[0]!.expiresAt).toBeLessThanOrEqual(killedAt + leaseTtlMs());
+    expect(await liveLeases(DEV_DEVELOPER, new Date(killedAt + leaseTtlMs()))).toEqual([]);
 
     mark('done');
     console.log(

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { BatchWriteCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { CLOCK_TOLERANCE_SECONDS } from '../../lambdas/auth/tokens.ts';
+import { TOKEN_CLOCK_TOLERANCE_SECONDS, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../../lambdas/config/timing.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { encodeConversation, sessionKey, type ConnectionRecord } from '../../lambdas/sessions/record.ts';
 import { FrameOutbox } from '../../lambdas/sessions/outbox.ts';
-import { getSession, queueTurn, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../../lambdas/sessions/store.ts';
+import { getSession, queueTurn } from '../../lambdas/sessions/store.ts';
 import { finishTurn } from '../../lambdas/sessions/turn.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { MAX_FRAME_BYTES } from '../../bin/local/websocket.ts';
@@ -363,7 +363,7 @@ describe('the sweeper under a backlog', () => {
 describe('a token that expires during the connection', () => {
   it('the next frame after its exp (and the 60 s leeway the connect allowed it) gets token_expired, then the connection is closed', async () => {
     // Expired 58 s ago: within the leeway, so the upgrade accepts it, and the leeway runs out 2 s from now.
-    const { client } = await openSession(newUser(), { expiresInSeconds: 2 - CLOCK_TOLERANCE_SECONDS });
+    const { client } = await openSession(newUser(), { expiresInSeconds: 2 - TOKEN_CLOCK_TOLERANCE_SECONDS });
     client.send({ type: 'user', message: 'before expiry' });
     expect((await client.untilResult()).at(-1)).toMatchObject({ type: 'result', subtype: 'success' });
     // exp is a whole second: at most 2 s from now, at least 1.

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { CLOCK_TOLERANCE_SECONDS, mintToken } from '../../lambdas/auth/tokens.ts';
+import { mintToken } from '../../lambdas/auth/tokens.ts';
+import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../../lambdas/config/timing.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { setClock } from '../support/clock.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -121,14 +122,14 @@ describe('near: an SQS delay', () => {
 
   it('a token that has expired by the time the vessel runs still authorises that run (the caller was captured at enqueue)', async () => {
     const reader = await gw.token({ user: 'short-lived' });
-    // Tokens are accepted up to CLOCK_TOLERANCE_SECONDS past their exp: this one is past it about 2 s from now.
+    // Tokens are accepted up to TOKEN_CLOCK_TOLERANCE_SECONDS past their exp: this one is past it about 2 s from now.
     const shortLived = await mintToken({
       projectId: gw.projectId,
       userId: 'short-lived',
       secret: gw.secret,
       budget: { ai: 10_000_000, compute: 3_600, window: 'day' },
       expiresInSeconds: 3,
-      now: Date.now() - CLOCK_TOLERANCE_SECONDS * 1_000 - 500,
+      now: Date.now() - TOKEN_CLOCK_TOLERANCE_SECONDS * 1_000 - 500,
     });
     const res = await api.incubate({
       message: 'After expiry [[words:2]]',

@@ -3,7 +3,8 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { setOutboundResolver } from '../../lambdas/outbound/fetch.ts';
-import { attemptDelivery, DELIVERY_TIMEOUT_MS, deliveryHeaders, WEBHOOK_USER_AGENT } from '../../lambdas/webhooks/deliver.ts';
+import { WEBHOOK_ATTEMPT_TIMEOUT_MS } from '../../lambdas/config/timing.ts';
+import { attemptDelivery, deliveryHeaders, WEBHOOK_USER_AGENT } from '../../lambdas/webhooks/deliver.ts';
 import { verifyWebhook } from '../../lambdas/webhooks/verify.ts';
 import { freePort } from '../support/gateway-process.ts';
 
@@ -231,7 +232,7 @@ describe('what the receiver gets', () => {
 
 describe('network failures', () => {
   it('a receiver that never answers is cut at 10 s', async () => {
-    expect(DELIVERY_TIMEOUT_MS).toBe(10_000);
+    expect(WEBHOOK_ATTEMPT_TIMEOUT_MS).toBe(10_000);
     const count = main.received.length;
     const out = await deliver('/hang');
     expect(main.received).toHaveLength(count + 1); // it did receive the request

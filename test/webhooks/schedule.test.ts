@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { env } from '../../lambdas/config/env.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
-import { attemptsPerRound, MAX_RETRY_AFTER_SECONDS, nextAttemptAt, parseRetryAfter, retryWaits } from '../../lambdas/webhooks/schedule.ts';
+import { MAX_RETRY_AFTER_SECONDS } from '../../lambdas/config/timing.ts';
+import { attemptsPerRound, nextAttemptAt, parseRetryAfter, retryWaits } from '../../lambdas/webhooks/schedule.ts';
 
 /**
  * The retry schedule (issue 15, "Delivery"): the first attempt at once, then retries after 5 s, 5 min, 30 min, 2 h,

@@ -1,3 +1,4 @@
+import { HTTP_TOOL_TIMEOUT_MS } from '../../config/timing.ts';
 import { outboundFetch, readCapped } from '../../outbound/fetch.ts';
 import { toolHeaders } from './headers.ts';
 import { DEFAULT_MAX_RESULT_BYTES, describeFailure, withTruncation } from './outcome.ts';
@@ -19,14 +20,11 @@ export interface HttpToolSpec {
   headers?: Record<string, string>;
 }
 
-/** Generous for a remote function, short of a run's whole budget. */
-export const DEFAULT_HTTP_TOOL_TIMEOUT_MS = 30_000;
-
 /** So the endpoint's operator can tell the gateway's calls apart (and allow-list them). */
 export const TOOL_USER_AGENT = 'prompt-gateway-agent/1 (server-side tool call)';
 
 export function httpTool(spec: HttpToolSpec, opts: { timeoutMs?: number; maxResultBytes?: number } = {}): AgentTool {
-  const timeoutMs = opts.timeoutMs ?? DEFAULT_HTTP_TOOL_TIMEOUT_MS;
+  const timeoutMs = opts.timeoutMs ?? HTTP_TOOL_TIMEOUT_MS;
   const maxBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
   const secrets = Object.values(spec.headers ?? {});
   return {

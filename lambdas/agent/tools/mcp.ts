@@ -4,6 +4,7 @@ import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontex
 import type { FetchLike, Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { MAX_INVOCATION_SECONDS } from '../../config/env.ts';
+import { MCP_CONNECT_TIMEOUT_MS, MCP_TERMINATE_TIMEOUT_MS } from '../../config/timing.ts';
 import { checkUrl } from '../../outbound/guard.ts';
 import { outboundFetch } from '../../outbound/fetch.ts';
 import { toolHeaders } from './headers.ts';
@@ -48,14 +49,8 @@ export interface McpConnection {
   close(): Promise<void>;
 }
 
-/** Connecting, initializing and listing the tools of one server, together. */
-export const DEFAULT_MCP_CONNECT_TIMEOUT_MS = 10_000;
-
 /** A server that pages its tool list forever (a cursor that never ends) is cut here. */
 const MAX_TOOL_PAGES = 50;
-
-/** How long close() waits for a server to end its session before it just drops the connection. */
-const TERMINATE_TIMEOUT_MS = 1_000;
 
 /**
  * The fetch the transports use: the guarded outbound fetch with its total time-out stretched to the longest invocation.
@@ -78,7 +73,7 @@ export async function connectMcpServers(
   servers: Record<string, McpServerSpec>,
   opts: { timeoutMs?: number; signal?: AbortSignal; maxResultBytes?: number } = {},
 ): Promise<McpConnection> {
-  const timeoutMs = opts.timeoutMs ?? DEFAULT_MCP_CONNECT_TIMEOUT_MS;
+  const timeoutMs = opts.timeoutMs ?? MCP_CONNECT_TIMEOUT_MS;
   const maxBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
   const connected = await Promise.all(Object.entries(servers).map(([name, spec]) => connectOne(name, spec, timeoutMs, opts.signal)));
 
@@ -235,7 +230,7 @@ function raceSignal<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
 /** Ends a server's session if it keeps one (Streamable HTTP), then closes. Bounded, and never throws. */
 async function closeServer({ client, transport }: { client?: Client; transport?: Transport }): Promise<void> {
   if (transport instanceof StreamableHTTPClientTransport && transport.sessionId !== undefined) {
-    await raceSignal(transport.terminateSession(), AbortSignal.timeout(TERMINATE_TIMEOUT_MS)).catch(() => undefined);
+    await raceSignal(transport.terminateSession(), AbortSignal.timeout(MCP_TERMINATE_TIMEOUT_MS)).catch(() => undefined);
   }
   // The client closes its transport (connect() hands it over before anything can fail).
   await (client ?? transport)?.close().catch(() => undefined);
