@@ -8,6 +8,17 @@ import { ensureDevelopmentProject } from './local/seed.ts';
  */
 const port = Number(process.env.PORT ?? 8787);
 const dataDir = resolve(process.env.DATA_DIR ?? '.data');
+/**
+ * The period of the schedule functions (the vessel reconciler, the session sweeper), in whole seconds, instead of
+ * their minute: with a short LEASE_TTL_SECONDS, a crash's leases and heartbeats lapse in seconds, and the crash tests
+ * (test/vessels/crash.test.ts, test/sessions/crash.test.ts) want them found as soon.
+ */
+const scheduleSeconds = process.env.LOCAL_SCHEDULE_INTERVAL_SECONDS;
+if (scheduleSeconds !== undefined && !/^[1-9]\d*$/.test(scheduleSeconds)) {
+  console.error(`LOCAL_SCHEDULE_INTERVAL_SECONDS must be a positive whole number of seconds, got "${scheduleSeconds}"`);
+  process.exit(1);
+}
+const scheduleIntervalMs = scheduleSeconds === undefined ? undefined : Number(scheduleSeconds) * 1000;
 
 async function main() {
   console.log('Starting the prompt gateway (DynamoDB Local, fauxqs, the scheduler stand-in, handlers)…');
@@ -18,6 +29,7 @@ async function main() {
     // One readable line per request, so a newcomer sees what each client sent and what it was answered.
     accessLog: (line) => console.log(line),
     accessLogJson: process.env.LOCAL_ACCESS_LOG === 'json',
+    scheduleIntervalMs,
   });
   const dev = await ensureDevelopmentProject({ simulated: gw.simulated });
 
@@ -28,7 +40,7 @@ async function main() {
     `  conjure URL: ${gw.url}   → GET /usage, POST /prompt (agent runs), POST /incubate (background runs: vessels)`,
     `  health: ${gw.url}/health`,
     `  data: ${dataDir} (DynamoDB Local on ${gw.dynamoEndpoint})`,
-    `  vessels: the executor polls the run queue; the reconciler runs at start-up and every minute`,
+    `  vessels: the executor polls the run queue; the reconciler runs at start-up and ${scheduleSeconds === undefined ? 'every minute' : `every ${scheduleSeconds} s`}`,
     gw.simulated
       ? '  upstream: SIMULATED — ANTHROPIC_API_KEY is not set, so answers come from the built-in simulated Anthropic/OpenAI servers, not real models.'
       : `  upstream: Anthropic at ${process.env.ANTHROPIC_BASE_URL ?? 'https://api.anthropic.com'} with your ANTHROPIC_API_KEY`,

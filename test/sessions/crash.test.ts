@@ -35,7 +35,7 @@ import { connectWs, type WsClient } from '../support/ws.ts';
  *    sweeper would free it once the dead worker's last claim (sweepAt) is TURN_STALE_MS old; instead of waiting that
  *    minute, the test moves sweepAt into the past, as limits.test.ts does — through a DynamoDB Local of its own on the
  *    same data, since the runtime's died with it. Then `npm start` again on the same DATA_DIR: its SessionSweeper runs
- *    at start-up (bin/local/runtime.ts; there is no other way to invoke it in the child) and frees the turn.
+ *    at start-up (bin/local/runtime.ts), and every second after, and frees the turn.
  * 3. The session is `idle` with the conversation it had before the crashed turn; a new connection resumes it, and a
  *    new turn sends the upstream exactly the first turn's two messages and the new one.
  * The ledger: the dead worker never settled what it reserved (the turn's compute, its model call's AI). Those holds
@@ -43,9 +43,14 @@ import { connectWs, type WsClient } from '../support/ws.ts';
  * which charges them at their held amount — the turn's compute to the developer's month as well (the hold names the
  * developer); the test runs that sweep (lambdas/budgets/ledger.ts sweepExpired) at a
  * `now` past their expiry, as test/budgets/ledger.test.ts does, after which no hold remains. The crashed turn's
- * concurrency lease is not released either: it lapses a lease's length (LEASE_TTL_SECONDS) after its last renewal.
+ * concurrency lease is not released either: it lapses a lease's length after its last renewal.
+ *
+ * Both runtimes run with a 3 s lease (LEASE_TTL_SECONDS, renewed every second) and their schedule functions every
+ * second (LOCAL_SCHEDULE_INTERVAL_SECONDS), as test/vessels/crash.test.ts does; this process reads the leases with the
+ * same lease length.
  */
 const USER = 'ws-crash-user';
+const SHORT_TIMINGS = { LEASE_TTL_SECONDS: '3', LOCAL_SCHEDULE_INTERVAL_SECONDS: '1' };
 /** A lifetime window: the holds stay in one window item however long the test takes (no midnight in between). */
 const BUDGET: BudgetClaim = { ai: 100_000_000, compute: 100_000, window: 'lifetime' };
 const FIRST = 'Remember: the crash colour is blue.';
@@ -91,7 +96,10 @@ afterAll(async () => {
 
 const start = async (env: Record<string, string> = {}) => {
   runtime = undefined;
-  const child = await startRuntimeChild({ dataDir, env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: 'sk-ant-ws-crash-test', ...env } });
+  const child = await startRuntimeChild({
+    dataDir,
+    env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: 'sk-ant-ws-crash-test', ...SHORT_TIMINGS, ...env },
+  });
   pgids.push(child.pgid);
   runtime = child;
   return child;
@@ -105,7 +113,14 @@ const runtimeInfo = (): RuntimeInfo => JSON.parse(readFileSync(join(dataDir, 'ru
  * runtime child starts from a clean environment (runtime-child.ts), so none of this leaks into it.
  */
 function useData(endpoint: string, tables: Record<string, string>): void {
-  Object.assign(process.env, { DYNAMODB_ENDPOINT: endpoint, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'local', AWS_SECRET_ACCESS_KEY: 'local', ...tables });
+  Object.assign(process.env, {
+    DYNAMODB_ENDPOINT: endpoint,
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'local',
+    AWS_SECRET_ACCESS_KEY: 'local',
+    LEASE_TTL_SECONDS: SHORT_TIMINGS.LEASE_TTL_SECONDS,
+    ...tables,
+  });
   resetInstanceState();
 }
 

@@ -25,12 +25,16 @@ import { incubate, incubateBatch, pollUntil, vesselRecord } from '../support/ves
  * (test/support/inflight.ts). The development project's developer is on the starter tier: 5 at once.
  *
  * What a crash loses: fauxqs (the run queue) lives in the runtime's memory, so every trigger in flight is gone;
- * DynamoDB Local (on disk in DATA_DIR) and DATA_DIR/schedules.json survive. The reconciler, at start-up and every
- * minute (bin/local/runtime.ts; there is no knob for its period in `npm start`), re-drives the waiting vessels whose
- * `reconcileAt` passed (VESSEL_REDRIVE_AFTER_SECONDS=3 here) and retries the executing ones once their heartbeat —
- * renewed every 20 s, 60 s long — has lapsed.
+ * DynamoDB Local (on disk in DATA_DIR) and DATA_DIR/schedules.json survive. The reconciler, at start-up and then
+ * every LOCAL_SCHEDULE_INTERVAL_SECONDS (a second here, instead of a minute), re-drives the waiting vessels whose
+ * `reconcileAt` passed (VESSEL_REDRIVE_AFTER_SECONDS=3 here) and retries the executing ones once their heartbeat has
+ * lapsed. The lease is 3 s here (LEASE_TTL_SECONDS, instead of 60 s): the heartbeat is renewed every second and
+ * lapses 3 s after the last one, and so do the dead runs' concurrency leases, so the retries find their slots free
+ * about when the restarted runtime is up.
  */
 const REDRIVE_SECONDS = 3;
+const LEASE_TTL_SECONDS = 3;
+const SCHEDULE_INTERVAL_SECONDS = 1;
 const TIER_MAX = 5;
 /** The executing vessels' model call: long enough to be cut by the kill, short enough for the retry. */
 const EXEC_LATENCY_MS = 10_000;
@@ -72,7 +76,13 @@ const start = async () => {
   runtime = undefined;
   const child = await startRuntimeChild({
     dataDir,
-    env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: 'sk-ant-crash-test', VESSEL_REDRIVE_AFTER_SECONDS: String(REDRIVE_SECONDS) },
+    env: {
+      ANTHROPIC_BASE_URL: upstream.url,
+      ANTHROPIC_API_KEY: 'sk-ant-crash-test',
+      VESSEL_REDRIVE_AFTER_SECONDS: String(REDRIVE_SECONDS),
+      LEASE_TTL_SECONDS: String(LEASE_TTL_SECONDS),
+      LOCAL_SCHEDULE_INTERVAL_SECONDS: String(SCHEDULE_INTERVAL_SECONDS),
+    },
   });
   pgids.push(child.pgid);
   runtime = child;
@@ -187,8 +197,8 @@ describe('a crash of the whole local runtime', () => {
       () => records(all),
       (rs) => rs.every((r) => r.isCompleted),
       {
-        timeoutMs: 300_000,
-        everyMs: 1_000,
+        timeoutMs: 120_000,
+        everyMs: 500,
         what: 'every vessel ended after the restart',
       },
     ).catch((err: Error) => {
@@ -241,5 +251,5 @@ describe('a crash of the whole local runtime', () => {
     await second.kill9();
     expect(groupMembers(second.pgid)).toEqual([]);
     runtime = undefined;
-  }, 600_000);
+  }, 300_000);
 });
