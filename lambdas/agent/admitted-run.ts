@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { settle, type Reservation } from '../budgets/ledger.ts';
 import { logger } from '../observability/logger.ts';
@@ -76,7 +77,7 @@ async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Pr
  * what it held) and, through the reservation, on the developer's month (budgets/ledger.ts `settle`).
  */
 async function chargeCompute(compute: { reservation: Reservation; seconds: number }, started: number): Promise<void> {
-  const seconds = Math.min(Math.max(1, Math.ceil((Date.now() - started) / 1000)), compute.seconds);
+  const seconds = Math.min(Math.max(1, Math.ceil((clock.now() - started) / 1000)), compute.seconds);
   try {
     await settle(compute.reservation, { ai: 0, compute: seconds });
   } catch (err) {

@@ -1,4 +1,5 @@
 import type Anthropic from '@anthropic-ai/sdk';
+import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
 import { meteredCall, type CallCharge } from '../metering/call.ts';
@@ -33,7 +34,10 @@ export interface RunInput {
   /** Stops the run: the model call in flight is charged for what was produced, tools are abandoned. */
   signal: AbortSignal;
   onEvent?: (event: RunEvent) => void;
-  /** The clock (epoch milliseconds) the deadline and the run's duration are read on: Date.now unless a test injects one. */
+  /**
+   * The clock (epoch milliseconds) the deadline and the run's duration are read on: the gateway's clock
+   * (config/clock.ts) unless a test injects one.
+   */
   now?: () => number;
 }
 
@@ -69,7 +73,7 @@ export async function runAgent(input: RunInput): Promise<{ result: RunResult; ev
 }
 
 export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
-  const now = given.now ?? Date.now;
+  const now = given.now ?? clock.now;
   const started = now();
   // The deadline stops a model call or a tool in flight too, not only the next turn.
   const timeUp = new AbortController();

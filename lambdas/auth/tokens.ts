@@ -1,4 +1,5 @@
 import { SignJWT, errors as joseErrors, jwtVerify } from 'jose';
+import { clock } from '../config/clock.ts';
 import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { onInstanceReset } from '../instance/state.ts';
 import { GatewayClaims, type BudgetClaim, type Caller } from './claims.ts';
@@ -49,7 +50,7 @@ function decodeSegment(segment: string, what: 'header' | 'payload'): Record<stri
  * store read (an oversized `iss` used to reach DynamoDB's key-size limit as a 500). Then the secret of the project
  * named by `iss`, the signature, `exp` (required), `nbf` and `iat` with 60 s leeway.
  */
-export async function verifyToken(token: string | undefined, lookupSecret: SecretLookup, now = Date.now()): Promise<Caller> {
+export async function verifyToken(token: string | undefined, lookupSecret: SecretLookup, now = clock.now()): Promise<Caller> {
   if (!token) throw new TokenError('Missing token', 'token_missing');
   const known = verified.get(token);
   if (known && now >= known.validFromMs && now < known.validUntilMs && (await lookupSecret(known.caller.projectId)) === known.secret) return known.caller;
@@ -164,7 +165,7 @@ export interface MintOptions {
 
 /** Mints a token the way a project owner's server would; used by the CLI and the tests. */
 export async function mintToken(opts: MintOptions): Promise<string> {
-  const nowSeconds = Math.floor((opts.now ?? Date.now()) / 1000);
+  const nowSeconds = Math.floor((opts.now ?? clock.now()) / 1000);
   return new SignJWT({ budget: opts.budget })
     .setProtectedHeader({ alg: opts.algorithm ?? 'HS256', typ: 'JWT' })
     .setIssuer(opts.projectId)

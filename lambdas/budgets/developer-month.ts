@@ -1,4 +1,5 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { DEVELOPER_MONTH_RETAIN_SECONDS } from '../config/timing.ts';
 import { expiresAfter } from '../store/epoch.ts';
@@ -18,7 +19,7 @@ const table = () => env().USAGE_TABLE;
 /** The item's key; the format is stored data, so it must never change. */
 const developerMonthKey = (developerId: string, now: Date) => ({ pk: `devcompute#${developerId}#${monthOf(now)}` });
 
-export async function addDeveloperCompute(developerId: string, seconds: number, now = new Date()): Promise<number> {
+export async function addDeveloperCompute(developerId: string, seconds: number, now = new Date(clock.now())): Promise<number> {
   if (!Number.isSafeInteger(seconds) || seconds < 0) throw new RangeError(`seconds must be a non-negative integer, got ${seconds}`);
   // Once, even when the SDK sends it twice (store/conditional.ts).
   const out = await updateOnce({
@@ -37,7 +38,7 @@ export async function addDeveloperCompute(developerId: string, seconds: number, 
   return out?.computeUsed as number;
 }
 
-export async function developerComputeUsed(developerId: string, now = new Date()): Promise<number> {
+export async function developerComputeUsed(developerId: string, now = new Date(clock.now())): Promise<number> {
   const out = await documentClient().send(new GetCommand({ TableName: table(), Key: developerMonthKey(developerId, now), ConsistentRead: true }));
   return (out.Item?.computeUsed as number | undefined) ?? 0;
 }

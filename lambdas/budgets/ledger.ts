@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { clock } from '../config/clock.ts';
 import type { BudgetClaim, Caller } from '../auth/claims.ts';
 import type { BudgetFigures } from '../refusals/refusal.ts';
 import { env } from '../config/env.ts';
@@ -129,7 +130,7 @@ export interface ReserveInput {
 
 export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   assertAmounts(input.amounts, 'amounts');
-  const now = input.now ?? new Date();
+  const now = input.now ?? new Date(clock.now());
   const key = windowFor(input.caller, now);
   const id = input.reservationId ?? randomUUID();
   const expiresAt = expiresAfter(now, env().RESERVATION_TTL_SECONDS);
@@ -215,7 +216,7 @@ export interface SettleOutcome {
  * the hold, so the month is charged once (a process that dies between the two writes, or a failed second write,
  * leaves the month short by that run, never charged twice).
  */
-export async function settle(reservation: Reservation, actual: Amounts, now = new Date()): Promise<SettleOutcome> {
+export async function settle(reservation: Reservation, actual: Amounts, now = new Date(clock.now())): Promise<SettleOutcome> {
   assertAmounts(actual, 'actual');
   const written = await conditionalUpdate({
     TableName: table(),
@@ -256,7 +257,7 @@ async function chargeDeveloper(developerId: string, seconds: number, now: Date):
  * provider may have billed for it, so an abandoned hold is charged at the worst case it reserved.
  * Returns how many holds this call settled.
  */
-export async function sweepExpired(key: WindowRef, now = new Date()): Promise<number> {
+export async function sweepExpired(key: WindowRef, now = new Date(clock.now())): Promise<number> {
   return settleExpiredHolds(key, await readWindowItem(key), now);
 }
 
@@ -276,7 +277,7 @@ async function settleExpiredHolds(key: WindowRef, item: Record<string, unknown> 
 }
 
 /** The caller's current window. Expired holds are swept first (and the window read again) so the figures are honest. */
-export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>, now = new Date()): Promise<WindowUsage> {
+export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'budget'>, now = new Date(clock.now())): Promise<WindowUsage> {
   const key = windowFor(caller, now);
   let item = await readWindowItem(key);
   if (expiredHolds(item, now).length > 0) {

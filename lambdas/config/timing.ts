@@ -36,15 +36,27 @@ export const parkCheckMs = (): number => leaseTtlMs();
 
 // ——— Running jobs: polls and heartbeats ———
 
-/** How often an executing vessel looks for a cancel request: the longest a cancel waits to be seen (docs/incubate.md, "Cancel"). */
+/**
+ * How often an executing vessel looks for a cancel request: the longest a cancel waits to be seen (docs/incubate.md,
+ * "Cancel").
+ */
 export const CANCEL_POLL_MS = 1_000;
-/** How long a cancel of an executing vessel waits for the run to stop before answering with the record as it is (docs/incubate.md, "Cancel": 5 s). */
+/**
+ * How long a cancel of an executing vessel waits for the run to stop before answering with the record as it is
+ * (docs/incubate.md, "Cancel": 5 s).
+ */
 export const CANCEL_WAIT_MS = 5_000;
-/** How often a running /ws turn looks for an interrupt: the longest an interrupt waits to be seen (docs/ws.md, "How a turn runs": 250 ms). */
+/**
+ * How often a running /ws turn looks for an interrupt: the longest an interrupt waits to be seen (docs/ws.md, "How a
+ * turn runs": 250 ms).
+ */
 export const STOP_POLL_MS = 250;
-/** A running /ws turn's worker renews its claim this often (docs/ws.md, "How a turn runs": every 20 s), a third of TURN_STALE_MS… */
+/**
+ * A running /ws turn's worker renews its claim this often (docs/ws.md, "How a turn runs": every 20 s), a third of
+ * TURN_STALE_MS…
+ */
 export const TURN_HEARTBEAT_MS = 20_000;
-/** …and the sweeper frees a turn whose claim is older than this: the worker stopped, `turn_lost` (docs/ws.md: 60 s). */
+/** …and the sweeper frees a turn whose claim is older than this: its worker stopped (docs/ws.md: 60 s). */
 export const TURN_STALE_MS = 60_000;
 /**
  * A queued /ws turn no worker has claimed for this long is freed too: its queue message was lost. Twice a running
@@ -60,7 +72,8 @@ export const RUN_SECONDS_MARGIN = 30;
 export const MAX_RUN_SECONDS = MAX_INVOCATION_SECONDS - RUN_SECONDS_MARGIN;
 /**
  * How long a stream whose reader left may still be read to learn the input count the provider reports
- * (docs/contract.md, "Budgets and money": a stream is read on for at most 5 s): a message_start comes within the first bytes.
+ * (docs/contract.md, "Budgets and money": a stream is read on for at most 5 s): a `message_start` comes within the
+ * first bytes.
  */
 export const INPUT_REPORT_WAIT_MS = 5_000;
 
@@ -77,29 +90,43 @@ export const SCHEDULE_LEAD_SECONDS = 60;
  * 1.5 s).
  */
 export const WAIT_OUT_MS = 1_500;
-/** SQS's longest delivery delay (15 minutes): a later delivery goes through the scheduler (docs/incubate.md, "Scheduling"). */
+/**
+ * SQS's longest delivery delay (15 minutes): a later delivery goes through the scheduler (docs/incubate.md,
+ * "Scheduling").
+ */
 export const SQS_MAX_DELAY_SECONDS = 900;
-/** How far ahead a vessel may be scheduled (docs/incubate.md, "Scheduling": 365 days), a year of EventBridge schedules. */
+/**
+ * How far ahead a vessel may be scheduled (docs/incubate.md, "Scheduling": 365 days), a year of EventBridge schedules.
+ */
 export const MAX_SCHEDULE_AHEAD_SECONDS = 365 * DAY_SECONDS;
 /**
  * The longest back-off while the user's budget is held by their runs in flight: 1 s, doubling per wait, at most this
  * (docs/incubate.md, "Execution": 1, 2, 4 … 30 s with jitter), so a freed budget is found within half a minute.
  */
 export const HELD_BUDGET_BACKOFF_MAX_SECONDS = 30;
-/** The first wait before writing a run's end again after the store failed, doubling per try: a hiccup passes in a second. */
+/**
+ * The first wait before writing a run's end again after the store failed, doubling per try: a hiccup passes in a
+ * second.
+ */
 export const END_WRITE_BACKOFF_MS = 250;
 /**
- * A claim of an idempotency key that met a concurrent transaction waits this long, plus up to IDEMPOTENCY_RETRY_JITTER_MS
- * per try, before it looks again: long enough for the other transaction to land, jittered so two claimers part.
+ * A claim of an idempotency key that met a concurrent transaction waits this long, plus up to
+ * IDEMPOTENCY_RETRY_JITTER_MS per try, before it looks again: long enough for the other transaction to land, jittered
+ * so two claimers part.
  */
 export const IDEMPOTENCY_RETRY_BASE_MS = 10;
 export const IDEMPOTENCY_RETRY_JITTER_MS = 40;
 
 // ——— Webhooks and outbound calls ———
 
-/** One webhook delivery attempt is cut here (docs/webhooks.md, "Delivery": 10 s; docs/contract.md, "Outbound safety"). */
+/**
+ * One webhook delivery attempt is cut here (docs/webhooks.md, "Delivery": 10 s; docs/contract.md, "Outbound safety").
+ */
 export const WEBHOOK_ATTEMPT_TIMEOUT_MS = 10_000;
-/** A webhook attempt's claim this old belongs to a sender that died: twice the sender's 30 s limit (docs/webhooks.md, "The delivery record": 60 s). */
+/**
+ * A webhook attempt's claim this old belongs to a sender that died: twice the sender's 30 s limit (docs/webhooks.md,
+ * "The delivery record": 60 s).
+ */
 export const WEBHOOK_CLAIM_STALE_MS = 60_000;
 /**
  * The longest Retry-After honoured: a receiver cannot park a delivery for longer than the last wait of the default
@@ -110,9 +137,14 @@ export const MAX_RETRY_AFTER_SECONDS = 36_000;
 export const OUTBOUND_TIMEOUT_MS = 30_000;
 /** Resolving and connecting an outbound call, by default (docs/contract.md, "Outbound safety": 5 s). */
 export const OUTBOUND_CONNECT_TIMEOUT_MS = 5_000;
-/** A remote HTTP tool's call: generous for a remote function, short of a run's whole budget (docs/contract.md, "Outbound safety": 30 s). */
+/**
+ * A remote HTTP tool's call: generous for a remote function, short of a run's whole budget (docs/contract.md, "Outbound
+ * safety": 30 s).
+ */
 export const HTTP_TOOL_TIMEOUT_MS = 30_000;
-/** Connecting, initializing and listing the tools of one MCP server, together: a server slower than that fails alone. */
+/**
+ * Connecting, initializing and listing the tools of one MCP server, together: a server slower than that fails alone.
+ */
 export const MCP_CONNECT_TIMEOUT_MS = 10_000;
 /** How long closing an MCP client waits for its server to end the session before it just drops the connection. */
 export const MCP_TERMINATE_TIMEOUT_MS = 1_000;
@@ -136,7 +168,9 @@ export const BUSY_RETRY_AFTER_SECONDS = 1;
 
 /** Idempotency keys, and ended vessels, are kept this long (docs/incubate.md, "Retention": 30 days). */
 export const VESSEL_RETENTION_SECONDS = 30 * DAY_SECONDS;
-/** A developer's leases item outlives its last lease by a day, then the TTL removes it (a new acquisition recreates it). */
+/**
+ * A developer's leases item outlives its last lease by a day, then the TTL removes it (a new acquisition recreates it).
+ */
 export const LEASES_RETAIN_SECONDS = DAY_SECONDS;
 /** A developer's month of compute is kept this long after it was first written, for reporting: over a year. */
 export const DEVELOPER_MONTH_RETAIN_SECONDS = 400 * DAY_SECONDS;

@@ -1,5 +1,6 @@
 import pLimit from 'p-limit';
 import type { z } from 'zod';
+import { clock } from '../config/clock.ts';
 import { checkedRunOptions } from '../agent/checked-options.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
@@ -142,7 +143,7 @@ async function vesselRequest(
 ): Promise<VesselRequest> {
   const { token: _token, ...given } = body.options;
   const options = checkedRunOptions(given);
-  const now = new Date();
+  const now = new Date(clock.now());
   const due = dueTime(body, now);
   if ('problem' in due) throw new Refused({ kind: 'invalid_request', message: due.problem });
   // A vessel the developer's plan could not run is refused now, with the admission step's own 402.

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { clock } from '../config/clock.ts';
 import { responseDelivered } from '../instance/unfinished.ts';
 import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
@@ -30,7 +31,7 @@ export interface HttpApp {
 export function httpApp(spec: AppSpec): HttpApp {
   return {
     async fetch(input) {
-      const started = Date.now();
+      const started = clock.now();
       const record: AccessRecord = { requestId: `req_gw_${randomBytes(12).toString('hex')}`, method: '-', path: '-' };
       return withAccessRecord(record, async () => {
         emit('Requests', 1);
@@ -62,7 +63,7 @@ export function httpApp(spec: AppSpec): HttpApp {
           } catch {
             // Not ours to judge: a passthrough body that is not JSON.
           }
-          record.totalMs = Date.now() - started;
+          record.totalMs = clock.now() - started;
           writeAccessLog(record);
           return new Response(text, { status: res.status, statusText: res.statusText, headers });
         }
@@ -80,7 +81,7 @@ export function httpApp(spec: AppSpec): HttpApp {
  */
 function logWhenDelivered(body: ReadableStream<Uint8Array> | null, record: AccessRecord, started: number): ReadableStream<Uint8Array> | null {
   const done = () => {
-    record.totalMs = Date.now() - started;
+    record.totalMs = clock.now() - started;
     void responseDelivered(record, () => writeAccessLog(record));
   };
   if (!body) {

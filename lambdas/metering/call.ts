@@ -1,4 +1,5 @@
 import type Anthropic from '@anthropic-ai/sdk';
+import { clock } from '../config/clock.ts';
 import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
 import type { Reservation } from '../budgets/ledger.ts';
@@ -176,7 +177,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   // answer is awaited and charged as counted, a stream is read until the provider has reported its input.
   const upstream = new AbortController();
   const context = { model: body.model, provider: resolved.route.provider };
-  const started = Date.now();
+  const started = clock.now();
   let result: ProviderResult;
   try {
     result = await resolved.provider.send(
@@ -186,7 +187,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     await finishBeforeReturn(settleCharge(reservation, 0, context));
     throw err;
   }
-  log.upstreamMs = Date.now() - started;
+  log.upstreamMs = clock.now() - started;
   emit('UpstreamLatency', log.upstreamMs);
 
   if (result.kind === 'error') {
@@ -321,9 +322,9 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
     return settled;
   };
   const readToInputReport = async () => {
-    const deadline = Date.now() + INPUT_REPORT_WAIT_MS;
-    while (!accumulator.inputReported && Date.now() < deadline) {
-      const { done, value } = await readWithin(reader.read(), Math.max(1, deadline - Date.now()));
+    const deadline = clock.now() + INPUT_REPORT_WAIT_MS;
+    while (!accumulator.inputReported && clock.now() < deadline) {
+      const { done, value } = await readWithin(reader.read(), Math.max(1, deadline - clock.now()));
       if (done) return;
       accumulator.push(value);
     }

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { budgetFigures, reserve, secondsToReset, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import { windowEnd } from '../budgets/windows.ts';
@@ -102,7 +103,7 @@ export async function reserveCall(
   caller: Caller,
   pricing: ModelPricing,
   clientBody: MessagesRequest,
-  now = new Date(),
+  now = new Date(clock.now()),
   capMicros?: number,
 ): Promise<Refusable<{ reserved: ReservedCall }>> {
   const bounded = boundedTools(clientBody, pricing);

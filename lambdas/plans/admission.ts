@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
 import { budgetFigures, readUsage, reserve, secondsToReset, settle, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
@@ -29,7 +30,11 @@ interface RunCompute {
   seconds: number;
 }
 
-export async function admitRun(caller: Caller, run: { sessionId: string; kind: RunKind; maxSeconds?: number }, now = new Date()): Promise<RunAdmission> {
+export async function admitRun(
+  caller: Caller,
+  run: { sessionId: string; kind: RunKind; maxSeconds?: number },
+  now = new Date(clock.now()),
+): Promise<RunAdmission> {
   const plan = await developerPlan(caller, now);
   if (!plan.ok) return plan;
   const { developer } = plan;
@@ -51,7 +56,7 @@ export async function admitRun(caller: Caller, run: { sessionId: string; kind: R
  * Step 1 alone: the caller's project and its developer, refused when the developer's month of compute is spent.
  * `/incubate` checks it at enqueue (a vessel that could not run is refused at once, with the same 402).
  */
-export async function developerPlan(caller: Caller, now = new Date()): Promise<Refusable<{ developer: Developer }>> {
+export async function developerPlan(caller: Caller, now = new Date(clock.now())): Promise<Refusable<{ developer: Developer }>> {
   const project = await cachedProject(caller.projectId);
   if (!project) return { ok: false, refusal: unknownIssuer() };
   const [developer, used] = await Promise.all([getDeveloper(project.developerId), developerComputeUsed(project.developerId, now)]);

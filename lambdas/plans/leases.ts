@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { LEASES_RETAIN_SECONDS, leaseRenewIntervalMs, leaseTtlMs } from '../config/timing.ts';
 import { conditionalPut, conditionalUpdate, type StoredItem } from '../store/conditional.ts';
@@ -85,7 +86,7 @@ async function ensureItem(developerId: string, now: Date): Promise<void> {
  * Takes a lease for `holder` if the developer holds fewer than `max` live leases; otherwise says which leases are
  * live. `max` is the tier's, decided by the caller at this moment (plans/admission.ts).
  */
-export async function acquireLease(developerId: string, holder: LeaseHolder, max: number, now = new Date()): Promise<AcquireResult> {
+export async function acquireLease(developerId: string, holder: LeaseHolder, max: number, now = new Date(clock.now())): Promise<AcquireResult> {
   const leaseId = randomUUID();
   const lease: Lease = { ...holder, leaseId, developerId, startedAt: now.getTime(), expiresAt: now.getTime() + leaseTtlMs() };
   const stored: StoredLease = {
@@ -153,7 +154,7 @@ async function removeLease(developerId: string, leaseId: string, condition: stri
 export type RenewResult = { ok: true; lease: Lease } | { ok: false; reason: 'expired' | 'not_held' };
 
 /** Extends a live lease held by `lease.sessionId` to a lease's length (leaseTtlMs) from `now`. An expired or foreign lease is refused. */
-export async function renewLease(lease: Lease, now = new Date()): Promise<RenewResult> {
+export async function renewLease(lease: Lease, now = new Date(clock.now())): Promise<RenewResult> {
   const expiresAt = now.getTime() + leaseTtlMs();
   const out = await conditionalUpdate({
     TableName: table(),
@@ -207,7 +208,7 @@ export async function giveBackLease(lease: Lease): Promise<{ released: boolean }
 }
 
 /** The developer's live leases, oldest first (for the 429 body and `developer show`). */
-export async function liveLeases(developerId: string, now = new Date()): Promise<LiveLease[]> {
+export async function liveLeases(developerId: string, now = new Date(clock.now())): Promise<LiveLease[]> {
   const out = await documentClient().send(new GetCommand({ TableName: table(), Key: keyOf(developerId), ConsistentRead: true }));
   return liveOf(out.Item, now);
 }

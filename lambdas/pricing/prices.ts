@@ -1,4 +1,5 @@
 import type { ModelPrice } from '@pydantic/genai-prices';
+import { clock } from '../config/clock.ts';
 import type { CustomPrice } from '../registry/model.ts';
 import { activePrices, findCatalogModel, hasConditionalPrices } from './catalog.ts';
 import type { PriceProvider } from './catalog-providers.ts';
@@ -119,11 +120,11 @@ function fromCatalog(model: string, provider: PriceProvider): ModelPricing | und
   let lookup = catalogLookups.get(key);
   if (!lookup) {
     const found = findCatalogModel(provider, model);
-    lookup = found && hasConditionalPrices(found) ? { conditional: found } : { pricing: found && fromTable(model, activePrices(found, new Date())) };
+    lookup = found && hasConditionalPrices(found) ? { conditional: found } : { pricing: found && fromTable(model, activePrices(found, new Date(clock.now()))) };
     if (catalogLookups.size >= MAX_CATALOG_LOOKUPS) catalogLookups.clear();
     catalogLookups.set(key, lookup);
   }
-  return 'pricing' in lookup ? lookup.pricing : fromTable(model, activePrices(lookup.conditional, new Date()));
+  return 'pricing' in lookup ? lookup.pricing : fromTable(model, activePrices(lookup.conditional, new Date(clock.now())));
 }
 
 /**

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { clock } from '../config/clock.ts';
 import { runAdmitted } from '../agent/admitted-run.ts';
 import { MAX_RUN_SECONDS } from '../config/timing.ts';
 import { checkedRunOptions } from '../agent/checked-options.ts';
@@ -39,7 +40,7 @@ async function handlePrompt(req: Request): Promise<Response> {
   const options = checkedRunOptions(given);
 
   const sessionId = randomUUID();
-  const started = Date.now();
+  const started = clock.now();
   const admission = await admitRun(caller, { sessionId, kind: 'prompt', maxSeconds: MAX_RUN_SECONDS }, new Date(started));
   if (!admission.ok) throw new Refused(admission.refusal);
 

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { PROJECT_REFRESH_INTERVAL_MS } from '../config/timing.ts';
 import { onInstanceReset } from '../instance/state.ts';
@@ -24,7 +25,7 @@ interface Entry {
 const cache = new Map<string, Entry>();
 const inFlight = new Map<string, Promise<Project | undefined>>();
 
-export async function cachedProject(projectId: string, opts: { refresh?: boolean } = {}, now = Date.now()): Promise<Project | undefined> {
+export async function cachedProject(projectId: string, opts: { refresh?: boolean } = {}, now = clock.now()): Promise<Project | undefined> {
   const hit = cache.get(projectId);
   if (hit) {
     const fresh = now - hit.readAt < env().SECRET_CACHE_SECONDS * 1000;

@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
@@ -30,7 +31,7 @@ export async function createDeveloper(input: { developerId: string; planSeconds:
     developerId: input.developerId,
     planSeconds: input.planSeconds,
     poolSeconds: input.poolSeconds ?? 0,
-    createdAt: new Date().toISOString(),
+    createdAt: new Date(clock.now()).toISOString(),
   });
   await putNew({ ...developerKey(developer.developerId), kind: 'developer', ...developer }, `Developer ${developer.developerId}`);
   return developer;
@@ -67,7 +68,7 @@ export async function createProject(input: { developerId: string; projectId?: st
     secret: newSecret(),
     providerKeys: {},
     pricing: {},
-    createdAt: new Date().toISOString(),
+    createdAt: new Date(clock.now()).toISOString(),
   });
   await putNew({ ...projectKey(project.projectId), kind: 'project', ...project }, `Project ${project.projectId}`);
   return project;
@@ -99,7 +100,7 @@ async function updateProject(
 export async function rotateProjectSecret(projectId: string): Promise<Project> {
   return updateProject(projectId, {
     expression: 'SET secret = :s, secretRotatedAt = :t',
-    values: { ':s': newSecret(), ':t': new Date().toISOString() },
+    values: { ':s': newSecret(), ':t': new Date(clock.now()).toISOString() },
   });
 }
 

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 /**
  * "Too early, put it back", the one way. A queue delay is whole seconds and a schedule fires to the second
  * (delay.ts), so a message may come before its time. Its consumer then sends it again for the rest of the wait: the
@@ -25,6 +26,6 @@ export async function putBackIfEarly({ due, now, putBack, waitOutMs = 0 }: Early
     return true;
   }
   // A timer may fire a millisecond early (Node rounds its delays): wait until the due time has really come.
-  while (Date.now() < due) await new Promise((resolve) => setTimeout(resolve, due - Date.now()));
+  while (clock.now() < due) await new Promise((resolve) => setTimeout(resolve, due - clock.now()));
   return false;
 }

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 /**
  * The watch loop, the one way a running job keeps an eye on the record it works for (an executing vessel:
  * lambdas/vessels/watch.ts; a running /ws turn: lambdas/sessions/watch.ts):
@@ -99,8 +100,8 @@ export function watchRecord(spec: WatchSpec): Watch {
   const timer = ticker(spec.pollMs);
   let lost = false;
   let stopped = false;
-  let lastBeat = Date.now();
-  let confirmedAt = Date.now();
+  let lastBeat = clock.now();
+  let confirmedAt = clock.now();
   const lose = (why: string) => {
     // A look already on its way when the job ended sees the job's own end: nothing was lost.
     if (stopped || lost) return;
@@ -110,7 +111,7 @@ export function watchRecord(spec: WatchSpec): Watch {
   timer.every(spec.pollMs, async () => {
     if (stopped || spec.signal.aborted) return;
     try {
-      const now = Date.now();
+      const now = clock.now();
       let seen: Look;
       if (now - lastBeat >= spec.heartbeatMs) {
         lastBeat = now;
@@ -121,7 +122,7 @@ export function watchRecord(spec: WatchSpec): Watch {
       if (seen.lost !== undefined) return lose(seen.lost);
       if (seen.confirmedAt !== undefined) confirmedAt = seen.confirmedAt;
     } catch (err) {
-      if (Date.now() - confirmedAt > spec.confirmWithinMs) lose(UNCONFIRMED);
+      if (clock.now() - confirmedAt > spec.confirmWithinMs) lose(UNCONFIRMED);
       else spec.onRetry(err);
     }
   });

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import * as z from 'zod';
+import { clock } from '../config/clock.ts';
 import { checkedRunOptions } from '../agent/checked-options.ts';
 import { SessionOptions } from '../agent/options.ts';
 import { authenticate } from '../auth/authenticate.ts';
@@ -116,7 +117,7 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
   }
   const { connection } = touched;
   // The same leeway as the check at connect (auth/tokens.ts), so a token accepted there is not refused at once here.
-  if ((connection.caller.expiresAt + TOKEN_CLOCK_TOLERANCE_SECONDS) * 1000 <= Date.now()) {
+  if ((connection.caller.expiresAt + TOKEN_CLOCK_TOLERANCE_SECONDS) * 1000 <= clock.now()) {
     await reply(errorFrame('token_expired', 'The token this connection was opened with has expired: connect again with a fresh one'));
     await sender.close(event.connectionId);
     return;
@@ -182,7 +183,7 @@ async function startSession(frame: Extract<ClientFrame, { type: 'session.start' 
   if (!frame.sessionId) {
     const options = checkedOptions(frame.options);
     const sessionId = randomUUID();
-    await createSession({ sessionId, projectId: caller.projectId, userId: caller.userId, options, createdAt: Date.now() });
+    await createSession({ sessionId, projectId: caller.projectId, userId: caller.userId, options, createdAt: clock.now() });
     await bindConnection(ctx.connectionId, sessionId);
     return ctx.reply({ type: 'session', sessionId, resumed: false, state: 'idle', messages: 0 });
   }
@@ -216,7 +217,7 @@ async function startTurn(session: SessionRecord, message: string, ctx: FrameCont
     callbackUrl: ctx.callbackUrl,
     caller: ctx.connection.caller,
     message,
-    queuedAt: Date.now(),
+    queuedAt: clock.now(),
   });
   if (!queued.ok) return ctx.reply(busy(queued.seen));
   await handOff(session.sessionId, turnId, ctx);

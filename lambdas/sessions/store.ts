@@ -1,5 +1,6 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import { DeleteCommand, GetCommand } from '@aws-sdk/lib-dynamodb';
+import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
 import { CONNECTION_TTL_SECONDS, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../config/timing.ts';
@@ -118,7 +119,7 @@ async function updateSession(
 }
 
 /** Replaces a session's options (a resume that gives new ones): they apply from its next model call. */
-export async function replaceOptions(sessionId: string, options: SessionRecord['options'], now = Date.now()): Promise<void> {
+export async function replaceOptions(sessionId: string, options: SessionRecord['options'], now = clock.now()): Promise<void> {
   const replaced = await updateSession(
     sessionId,
     { when: 'attribute_exists(pk)', set: ['options = :options'], values: { ':options': JSON.stringify(options) }, now },
@@ -135,7 +136,7 @@ function moved(result: ConditionalResult): Moved {
 }
 
 /** idle → queued: a user's message becomes a turn for a worker. */
-export async function queueTurn(sessionId: string, turn: TurnRecord, now = Date.now()): Promise<Moved> {
+export async function queueTurn(sessionId: string, turn: TurnRecord, now = clock.now()): Promise<Moved> {
   return moved(
     await updateSession(sessionId, {
       state: move('queued', 'idle'),
@@ -147,7 +148,7 @@ export async function queueTurn(sessionId: string, turn: TurnRecord, now = Date.
 }
 
 /** queued → running, by the worker the turn's message reached (a repeated message finds it running and stops). */
-export async function claimTurn(sessionId: string, turnId: string, now = Date.now()): Promise<Moved> {
+export async function claimTurn(sessionId: string, turnId: string, now = clock.now()): Promise<Moved> {
   return moved(
     await updateSession(sessionId, {
       state: move('running', 'queued'),
@@ -160,7 +161,7 @@ export async function claimTurn(sessionId: string, turnId: string, now = Date.no
 }
 
 /** The running turn's worker is alive: the sweeper leaves it alone for another TURN_STALE_MS. */
-export async function heartbeatTurn(sessionId: string, turnId: string, now = Date.now()): Promise<boolean> {
+export async function heartbeatTurn(sessionId: string, turnId: string, now = clock.now()): Promise<boolean> {
   // Not a change of the session (no version, no expiry) and nothing read back: only the claim is renewed.
   const result = await updateSession(
     sessionId,
@@ -214,7 +215,7 @@ export async function endTurn(
         ...(conversation ? { ':conversation': encodeConversation(conversation), ':messages': conversation.length } : {}),
         ...(opts.version === undefined ? {} : { ':read': opts.version }),
       },
-      now: opts.now ?? Date.now(),
+      now: opts.now ?? clock.now(),
     }),
   );
 }
@@ -225,7 +226,7 @@ export async function pauseTurn(
   turnId: string,
   conversation: Anthropic.MessageParam[],
   paused: PausedRun,
-  now = Date.now(),
+  now = clock.now(),
 ): Promise<Moved> {
   return moved(
     await updateSession(sessionId, {
@@ -247,7 +248,7 @@ export async function pauseTurn(
 }
 
 /** One client result of a paused turn, once: the id must be pending and not answered yet. */
-export async function recordClientResult(sessionId: string, turnId: string, toolUseId: string, result: ClientResult, now = Date.now()): Promise<Moved> {
+export async function recordClientResult(sessionId: string, turnId: string, toolUseId: string, result: ClientResult, now = clock.now()): Promise<Moved> {
   return moved(
     await updateSession(sessionId, {
       state: inState('awaiting_tools'),
@@ -261,7 +262,7 @@ export async function recordClientResult(sessionId: string, turnId: string, tool
 }
 
 /** awaiting_tools → queued: every result is in; a worker continues the turn (on `connection`, the latest one). */
-export async function queueResume(sessionId: string, turnId: string, now = Date.now()): Promise<Moved> {
+export async function queueResume(sessionId: string, turnId: string, now = clock.now()): Promise<Moved> {
   return moved(
     await updateSession(sessionId, {
       state: move('queued', 'awaiting_tools'),
@@ -291,7 +292,7 @@ export async function requestStop(sessionId: string, turnId: string, stop: StopR
         ...(opts.connectionId ? { ':conn': opts.connectionId } : {}),
         ...(stop === 'disconnected' ? { ':interrupted': 'interrupted' satisfies StopRequest } : {}),
       },
-      now: opts.now ?? Date.now(),
+      now: opts.now ?? clock.now(),
     }),
   );
 }
@@ -302,7 +303,7 @@ export async function requestStop(sessionId: string, turnId: string, stop: StopR
  * ended by it once resumed, and a running one end without a result). An interrupt stays. In whatever state the turn
  * is: the write names the turn, which only a session with a turn has.
  */
-export async function moveTurn(sessionId: string, turnId: string, connectionId: string, callbackUrl: string, now = Date.now()): Promise<Moved> {
+export async function moveTurn(sessionId: string, turnId: string, connectionId: string, callbackUrl: string, now = clock.now()): Promise<Moved> {
   const retarget = async (withdraw: boolean) =>
     moved(
       await updateSession(sessionId, {
@@ -326,7 +327,7 @@ export async function moveTurn(sessionId: string, turnId: string, connectionId: 
  */
 const OPEN = 'attribute_not_exists(closedAt)';
 
-export async function putConnection(connectionId: string, caller: Caller, now = Date.now()): Promise<void> {
+export async function putConnection(connectionId: string, caller: Caller, now = clock.now()): Promise<void> {
   // API Gateway never reuses a connection id: an item already there is this put's own first send (store/conditional.ts).
   const put = await conditionalPut({
     TableName: table(),
@@ -353,7 +354,7 @@ export type Touched = { kind: 'ok'; connection: ConnectionRecord } | { kind: 'ra
  * A frame arrived on the connection: counts it in the current second (at most SESSION_FRAMES_PER_SECOND) and pushes
  * the idle deadline — one write per frame, which also reads the connection.
  */
-export async function touchConnection(connectionId: string, now = Date.now()): Promise<Touched> {
+export async function touchConnection(connectionId: string, now = clock.now()): Promise<Touched> {
   const window = Math.floor(now / 1000);
   const { SESSION_FRAMES_PER_SECOND: max, SESSION_IDLE_SECONDS: idle } = env();
   const common = { ':now': now, ':sweepAt': now + idle * 1000, ':w': window };
@@ -421,7 +422,7 @@ export async function deleteConnection(connectionId: string, opts: { ifSweepAt?:
     Key: connectionKey(connectionId),
     UpdateExpression: 'SET closedAt = :now REMOVE sweepShard, sweepAt',
     ConditionExpression: `attribute_exists(pk) AND ${OPEN}${opts.ifSweepAt === undefined ? '' : ' AND sweepAt = :at'}`,
-    ExpressionAttributeValues: { ':now': Date.now(), ...(opts.ifSweepAt === undefined ? {} : { ':at': opts.ifSweepAt }) },
+    ExpressionAttributeValues: { ':now': clock.now(), ...(opts.ifSweepAt === undefined ? {} : { ':at': opts.ifSweepAt }) },
     ReturnValues: 'ALL_NEW',
   });
   if (!closed.ok) return undefined;

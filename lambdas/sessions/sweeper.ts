@@ -1,4 +1,5 @@
 import pLimit from 'p-limit';
+import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
@@ -34,7 +35,7 @@ function defaultDeps(): SweepDeps {
   return { sender: apiGatewayConnectionSender(endpoint) };
 }
 
-export async function sweepSessions(now = Date.now(), deps?: SweepDeps): Promise<{ closed: number; freed: number }> {
+export async function sweepSessions(now = clock.now(), deps?: SweepDeps): Promise<{ closed: number; freed: number }> {
   const d = deps ?? defaultDeps();
   let closed = 0;
   let freed = 0;

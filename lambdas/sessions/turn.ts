@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { clock } from '../config/clock.ts';
 import { runAdmittedSegment } from '../agent/admitted-run.ts';
 import { MAX_RUN_SECONDS } from '../config/timing.ts';
 import type { RunState } from '../agent/result.ts';
@@ -97,7 +98,7 @@ async function runSegment(
     return finishTurn(session, turn, state, outbox, follow, turn.stop === 'interrupted' ? interruptedResult(state, session) : LEFT);
   }
 
-  const started = Date.now();
+  const started = clock.now();
   const admission = await admitRun(turn.caller, { sessionId, kind: 'ws', maxSeconds: MAX_RUN_SECONDS }, new Date(started));
   if (!admission.ok) {
     await endTurn(sessionId, turn.id, unrun);

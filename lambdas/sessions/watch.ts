@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import { STOP_POLL_MS, TURN_HEARTBEAT_MS, TURN_STALE_MS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import { INTERRUPTED } from '../agent/result.ts';
@@ -30,7 +31,7 @@ export function watchTurn(
   const look = async () => {
     const seen = await turnSignals(sessionId, turnId);
     if (!seen.owned) return { lost: 'the turn moved on' };
-    const confirmedAt = Date.now();
+    const confirmedAt = clock.now();
     // The session resumed on another connection: the turn's frames go there from now on.
     if (seen.connection) opts.onConnection?.(seen.connection.connectionId, seen.connection.callbackUrl);
     if (seen.stop === 'interrupted') abort.abort(INTERRUPTED);

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 /**
  * Epoch seconds: how the store keeps instants that DynamoDB or a condition expression must compare — TTL attributes
  * (`expiresAt`, which DynamoDB's TTL reads as epoch seconds) and the expiries of holds and leases. Always whole
@@ -5,7 +6,7 @@
  */
 
 /** The whole second `date` falls in. */
-export function epochSeconds(date: Date = new Date()): number {
+export function epochSeconds(date: Date = new Date(clock.now())): number {
   return Math.floor(date.getTime() / 1000);
 }
 
@@ -20,6 +21,6 @@ export function expiresAfter(from: Date, seconds: number): number {
 }
 
 /** True once `now` has reached the expiry: something expiring at second `expiresAt` has expired during it. */
-export function hasExpired(expiresAt: number, now: Date = new Date()): boolean {
+export function hasExpired(expiresAt: number, now: Date = new Date(clock.now())): boolean {
   return expiresAt <= epochSeconds(now);
 }

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { readUsage } from '../budgets/ledger.ts';
 
@@ -24,7 +25,7 @@ interface AiMeterReport extends MeterReport {
   overrun: number;
 }
 
-export async function usageReport(caller: Caller, now = new Date()): Promise<UsageReport> {
+export async function usageReport(caller: Caller, now = new Date(clock.now())): Promise<UsageReport> {
   const usage = await readUsage(caller, now);
   const meter = (m: 'ai' | 'compute'): MeterReport => ({
     used: usage.used[m],

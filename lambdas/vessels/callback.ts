@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { clock } from '../config/clock.ts';
 import { deliverAt } from '../scheduling/delay.ts';
 import type { StoredVessel } from './record.ts';
 
@@ -23,7 +24,7 @@ export type WebhookMessage = z.infer<typeof WebhookMessage>;
 const scheduleNameOf = (m: WebhookMessage) => `webhook-${m.vesselId}-${m.round}-${m.attempt}`;
 
 /** Puts `message` on the webhook queue for its `notBefore` (now when absent). */
-export async function sendWebhookMessage(message: WebhookMessage, now: number = Date.now()): Promise<void> {
+export async function sendWebhookMessage(message: WebhookMessage, now: number = clock.now()): Promise<void> {
   // Rounded up: an attempt never comes before its time (a schedule, to the second, may: the sender puts it back). A
   // schedule of the attempt's name is the one an earlier hand-off of the same attempt made.
   await deliverAt({

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { CANCEL_POLL_MS, CANCEL_WAIT_MS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
@@ -31,7 +32,7 @@ export const vesselNotFound = (vesselId: string): Refusal => ({
  */
 export async function cancelVessel(v: StoredVessel): Promise<Refusable<{ vessel: StoredVessel }>> {
   for (let attempt = 0; attempt < 3; attempt++) {
-    const now = new Date();
+    const now = new Date(clock.now());
     if (VesselStates.isTerminal(v.status)) {
       return {
         ok: false,
@@ -60,9 +61,9 @@ export async function cancelVessel(v: StoredVessel): Promise<Refusable<{ vessel:
 }
 
 async function awaitEnd(v: StoredVessel): Promise<StoredVessel> {
-  const until = Date.now() + CANCEL_WAIT_MS;
+  const until = clock.now() + CANCEL_WAIT_MS;
   let latest = v;
-  while (Date.now() < until) {
+  while (clock.now() < until) {
     await sleep(CANCEL_POLL_MS / 2);
     latest = (await getVessel(v.vesselId)) ?? latest;
     if (VesselStates.isTerminal(latest.status)) break;

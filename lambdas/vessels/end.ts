@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import { logger } from '../observability/logger.ts';
 import { handOffCallback } from './callback.ts';
 import { firstRound } from './delivery.ts';
@@ -48,7 +49,7 @@ export async function endVessel(
 export async function handOff(ended: StoredVessel): Promise<boolean> {
   try {
     await handOffCallback(ended);
-    await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: Date.now() } });
+    await touchVessel(ended.vesselId, { status: ended.status, set: { callbackHandedOffAt: clock.now() } });
     return true;
   } catch (err) {
     logger.warn('callback hand-off failed; the reconciler retries it', { vesselId: ended.vesselId, error: err as Error });

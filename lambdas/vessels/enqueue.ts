@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { clock } from '../config/clock.ts';
 import type { RunOptions } from '../agent/options.ts';
 import type { Caller } from '../auth/claims.ts';
 import { VESSEL_RETENTION_SECONDS } from '../config/timing.ts';
@@ -45,7 +46,11 @@ export async function storedCallback(caller: Caller, callback: Callback | undefi
   return { url: callback.url, secretCiphertext: await keyCipher().encrypt(callback.secret, { projectId: caller.projectId }) };
 }
 
-export async function enqueueVessel(request: VesselRequest, item: { message: string; idempotencyKey: string }, now = new Date()): Promise<EnqueueOutcome> {
+export async function enqueueVessel(
+  request: VesselRequest,
+  item: { message: string; idempotencyKey: string },
+  now = new Date(clock.now()),
+): Promise<EnqueueOutcome> {
   const { caller } = request;
   const print = fingerprint({
     userId: caller.userId,

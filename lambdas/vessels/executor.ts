@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { clock } from '../config/clock.ts';
 import { runAdmitted } from '../agent/admitted-run.ts';
 import { END_WRITE_BACKOFF_MS, HELD_BUDGET_BACKOFF_MAX_SECONDS, leaseTtlMs, MAX_RUN_SECONDS, WAIT_OUT_MS } from '../config/timing.ts';
 import type { RunResult } from '../agent/result.ts';
@@ -51,10 +52,10 @@ export async function processRunMessage(body: unknown): Promise<void> {
   const vessel = await getVessel(message.vesselId);
   if (!vessel || vessel.driveId !== message.driveId || !isWaiting(vessel.status)) return;
 
-  const putBack = () => sendRunMessage(message, delayUntil(vessel.scheduledFor, new Date()));
-  if (await putBackIfEarly({ due: vessel.scheduledFor, now: Date.now(), putBack, waitOutMs: WAIT_OUT_MS })) return;
+  const putBack = () => sendRunMessage(message, delayUntil(vessel.scheduledFor, new Date(clock.now())));
+  if (await putBackIfEarly({ due: vessel.scheduledFor, now: clock.now(), putBack, waitOutMs: WAIT_OUT_MS })) return;
 
-  const now = new Date();
+  const now = new Date(clock.now());
   const admission = await admitRun(vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, now);
   if (admission.ok) return start(vessel, admission, now);
   if (admission.refusal.kind !== 'concurrent_limit_reached') return refused(vessel, message, admission.refusal, now);
@@ -63,8 +64,8 @@ export async function processRunMessage(body: unknown): Promise<void> {
   // would wake nobody, so once parked it looks once more.
   const parked = await parkVessel(vessel, vessel.developerId, now);
   if (!parked.ok) return;
-  const again = await admitRun(parked.vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, new Date());
-  if (again.ok) return start(parked.vessel, again, new Date());
+  const again = await admitRun(parked.vessel.caller, { sessionId: vessel.vesselId, kind: 'vessel', maxSeconds: MAX_RUN_SECONDS }, new Date(clock.now()));
+  if (again.ok) return start(parked.vessel, again, new Date(clock.now()));
   // Still no room: it waits in the line, woken when a run of the developer ends (or by the reconciler).
 }
 
@@ -150,7 +151,8 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
   const output = result ? runOutput(result, canceled) : endedWithoutRun('error_during_execution', 'The gateway failed during the run');
   const to = canceled ? 'CANCELED' : output.success ? 'COMPLETED' : 'FAILED';
   // The run has been paid for: its end is written even through a store hiccup, or the reconciler would run it again.
-  const end = () => endVessel(vessel, { to, from: 'EXECUTING', when: { expression: 'runId = :run', values: { ':run': runId } }, output, now: new Date() });
+  const end = () =>
+    endVessel(vessel, { to, from: 'EXECUTING', when: { expression: 'runId = :run', values: { ':run': runId } }, output, now: new Date(clock.now()) });
   let ended: Awaited<ReturnType<typeof end>>;
   for (let attempt = 1; ; attempt++) {
     try {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { parkCheckMs } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
@@ -37,7 +38,7 @@ export async function parkVessel(v: StoredVessel, developerId: string, now: Date
  * that finds no room after all is parked again, in its old place. Never throws: a wake that fails is the
  * reconciler's to make.
  */
-export async function wakeParkedVessels(developerId: string, count = 1, now = new Date()): Promise<number> {
+export async function wakeParkedVessels(developerId: string, count = 1, now = new Date(clock.now())): Promise<number> {
   let woken = 0;
   try {
     const out = await documentClient().send(

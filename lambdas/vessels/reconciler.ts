@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pLimit from 'p-limit';
+import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { parkCheckMs } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
@@ -50,7 +51,7 @@ export interface ReconcileReport {
   deliveriesRedriven: number;
 }
 
-export async function reconcileVessels(now = new Date()): Promise<ReconcileReport> {
+export async function reconcileVessels(now = new Date(clock.now())): Promise<ReconcileReport> {
   const report: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
   const rooms = freeSlots();
   for (let shard = 0; shard < RECONCILE_SHARDS; shard++) {

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import { WEBHOOK_ATTEMPT_TIMEOUT_MS } from '../config/timing.ts';
 import { outboundFetch, readCapped } from '../outbound/fetch.ts';
 import { OutboundRefused } from '../outbound/guard.ts';
@@ -52,7 +53,7 @@ export function deliveryHeaders(input: { webhookId: string; timestamp: number; b
   };
 }
 
-export async function attemptDelivery(url: string, body: string, headers: Record<string, string>, now: () => number = Date.now): Promise<AttemptOutcome> {
+export async function attemptDelivery(url: string, body: string, headers: Record<string, string>, now: () => number = clock.now): Promise<AttemptOutcome> {
   const at = now();
   const took = () => Math.max(0, now() - at);
   try {

@@ -1,3 +1,4 @@
+import { clock } from '../config/clock.ts';
 import { webhookView, type WebhookView } from '../vessels/delivery.ts';
 import type { StoredVessel } from '../vessels/record.ts';
 import { handOff } from '../vessels/end.ts';
@@ -25,7 +26,7 @@ export class RedeliveryRefused extends Error {
  */
 export async function redeliverWebhook(
   vesselId: string,
-  now: number = Date.now(),
+  now: number = clock.now(),
 ): Promise<{ vesselId: string; round: number; handedOff: boolean; webhook: WebhookView }> {
   for (let tries = 0; tries < 3; tries++) {
     const vessel = await vesselWithCallback(vesselId);

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { clock } from '../config/clock.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { sqsQueueSender } from '../queues/sender.ts';
@@ -25,7 +26,7 @@ import { claimAttempt, markDeadLettered, recordAttempt, recordSupersededAttempt,
  * dies after recording an attempt but before queueing the next leaves its message to be redelivered by SQS, and the
  * redelivered message queues the follow-up it finds missing.
  */
-export async function processWebhookMessage(body: unknown, _record?: unknown, clock: () => number = Date.now): Promise<void> {
+export async function processWebhookMessage(body: unknown, _record?: unknown, time: () => number = clock.now): Promise<void> {
   const parsed = WebhookMessage.safeParse(body);
   if (!parsed.success) {
     // Not a delivery this consumer understands: retrying would not change it.
@@ -33,7 +34,7 @@ export async function processWebhookMessage(body: unknown, _record?: unknown, cl
     return;
   }
   const m = parsed.data;
-  const now = clock();
+  const now = time();
   // Early (a schedule fires to the second): back for the rest of the wait.
   if (await putBackIfEarly({ due: m.notBefore, now, putBack: () => sendWebhookMessage(m, now) })) return;
   const vessel = await getVessel(m.vesselId);
@@ -47,9 +48,9 @@ export async function processWebhookMessage(body: unknown, _record?: unknown, cl
 
   const by = randomUUID();
   if (!(await claimAttempt(vessel, m, by, now))) return;
-  const outcome = await attempt(vessel, clock);
+  const outcome = await attempt(vessel, time);
   const made: StoredAttempt = { round: m.round, attempt: m.attempt, ...outcome.attempt };
-  const after = roundAfter(m.attempt, outcome, clock());
+  const after = roundAfter(m.attempt, outcome, time());
   emit('WebhookAttempts', 1);
   logger.info('webhook attempt', {
     vesselId: vessel.vesselId,
@@ -74,12 +75,12 @@ export async function processWebhookMessage(body: unknown, _record?: unknown, cl
 }
 
 /** Signs and sends the vessel's callback body once. */
-async function attempt(vessel: StoredVessel, clock: () => number): Promise<AttemptOutcome> {
+async function attempt(vessel: StoredVessel, time: () => number): Promise<AttemptOutcome> {
   const callback = vessel.callback!;
   const secret = callback.secretCiphertext ? await keyCipher().decrypt(callback.secretCiphertext, { projectId: vessel.projectId }) : undefined;
   const body = callbackBodyText(vessel);
-  const headers = deliveryHeaders({ webhookId: webhookIdOf(vessel.vesselId), timestamp: Math.floor(clock() / 1000), body, secret });
-  return attemptDelivery(callback.url, body, headers, clock);
+  const headers = deliveryHeaders({ webhookId: webhookIdOf(vessel.vesselId), timestamp: Math.floor(time() / 1000), body, secret });
+  return attemptDelivery(callback.url, body, headers, time);
 }
 
 /** What the round becomes after attempt `attempt`: delivered, failed for good, or pending until the next one. */
@@ -119,7 +120,7 @@ async function followUp(vessel: StoredVessel, w: StoredWebhook, attempt: number)
       attempts: w.attempts.filter((a) => a.round === w.round).map((a) => ({ ...a, at: new Date(a.at).toISOString() })),
       redeliver: `gateway webhook redeliver --vessel ${vessel.vesselId}`,
     });
-    await markDeadLettered(vessel.vesselId, w.round, Date.now());
+    await markDeadLettered(vessel.vesselId, w.round, clock.now());
     logger.warn('webhook delivery exhausted its retries: on the dead-letter queue', {
       vesselId: vessel.vesselId,
       round: w.round,

@@ -1,9 +1,11 @@
 import { timingSafeEqual } from 'node:crypto';
+import { clock } from '../config/clock.ts';
 import { hexSignature, standardSignature, type Bytes } from './signature.ts';
 
 /**
  * For receivers: checks that a webhook delivery came from the gateway (docs/webhooks.md, "Verifying a delivery").
- * Exported by the package as `prompt-gateway/webhooks`; it needs only node:crypto.
+ * Exported by the package as `prompt-gateway/webhooks`; it needs only node:crypto (and config/clock.ts, which imports
+ * nothing).
  *
  *   const check = verifyWebhook(rawBody, req.headers, process.env.CALLBACK_SECRET!);
  *   if (!check.ok) return reply(401, check.reason);
@@ -62,7 +64,7 @@ function verifyStandard(
   if (!id) return { ok: false, reason: 'webhook-id is missing' };
   if (!stamp || !/^\d{1,15}$/.test(stamp.trim())) return { ok: false, reason: 'webhook-timestamp is missing or not whole seconds' };
   const timestamp = Number(stamp.trim());
-  const now = Math.floor((opts.now ?? new Date()).getTime() / 1000);
+  const now = Math.floor((opts.now?.getTime() ?? clock.now()) / 1000);
   const tolerance = opts.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
   if (Math.abs(now - timestamp) > tolerance) return { ok: false, reason: `webhook-timestamp is more than ${tolerance} s from now` };
   const expected = standardSignature(id, timestamp, rawBody, secret);

@@ -271,9 +271,9 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
     await gw.invokeScheduled('SessionSweeper');
     expect((await getSession(sessionId))?.state).toBe('queued');
 
-    setClock(Date.now() + TURN_QUEUED_STALE_MS + 1_000);
+    const realTime = setClock(Date.now() + TURN_QUEUED_STALE_MS + 1_000);
     await gw.invokeScheduled('SessionSweeper');
-    vi.unstubAllGlobals();
+    realTime();
     expect(await client.next()).toMatchObject({ type: 'error', error: 'turn_lost' });
     expect(await getSession(sessionId)).toMatchObject({ state: 'idle', conversation: [] });
 
