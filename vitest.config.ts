@@ -1,5 +1,5 @@
 import { defineConfig } from 'vitest/config';
-import { SOAK_FILES, SYSTEM_FILES } from './test/tiers.ts';
+import { OWN_PROCESS_FILES, SOAK_FILES, SYSTEM_FILES } from './test/tiers.ts';
 
 /**
  * Powertools Metrics warns "No application metrics to publish…" after every invocation that recorded no metric, even
@@ -28,20 +28,22 @@ export default defineConfig({
     maxWorkers: WORKERS,
     env: { POWERTOOLS_LOG_LEVEL: 'SILENT', POWERTOOLS_METRICS_DISABLED: 'true', POWERTOOLS_DEV: 'true' },
     onConsoleLog: (log) => !log.startsWith(EMPTY_METRICS_WARNING),
-    // The tiers (test/tiers.ts, README "Tests"): `npm test` is `--project unit`.
+    // The tiers (test/tiers.ts, README "Tests"): `npm test` is the two unit projects.
     projects: [
       {
         extends: true,
         test: {
           name: 'unit',
           include: ['test/**/*.test.ts'],
-          exclude: [...SYSTEM_FILES],
+          exclude: [...SYSTEM_FILES, ...OWN_PROCESS_FILES],
           // A worker keeps its loaded modules from one file to the next: the handlers' module graph (the AWS SDK,
           // the MCP SDK…) is loaded once per worker, not once per file. Safe because every per-instance value is
           // declared in lambdas/instance/state.ts and startGateway resets them (docs/architecture.md).
           isolate: false,
         },
       },
+      // The `npm test` files that need a fresh process (test/tiers.ts).
+      { extends: true, test: { name: 'unit-own-process', include: [...OWN_PROCESS_FILES] } },
       { extends: true, test: { name: 'system', include: [...SYSTEM_FILES] } },
       { extends: true, test: { name: 'soak', include: [...SOAK_FILES], env: { TEST_SCALE: 'full', FUZZ_RUNS: '3' } } },
     ],

@@ -6,6 +6,13 @@
  */
 
 /**
+ * `npm test` files that need a process of their own, where the other `npm test` files share a worker's process and
+ * its loaded modules from one file to the next: secrets.test.ts sets the log level before the logger is created
+ * (Powertools reads it once, and goes back to it after every invocation).
+ */
+export const OWN_PROCESS_FILES = ['test/webhooks/secrets.test.ts'] as const;
+
+/**
  * `npm run test:system`: whole processes and real engines — `kill -9` crash tests, client disconnects at the socket,
  * the engines `npm start` starts, `cdk synth` and the Lambda bundles, the real Claude Code.
  */

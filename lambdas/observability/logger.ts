@@ -1,18 +1,10 @@
 import { Logger } from '@aws-lambda-powertools/logger';
-import { onInstanceReset } from '../instance/state.ts';
 
 /**
  * One structured JSON logger for every function. Tokens, keys and secrets must never reach a log line: the gateway
  * never logs headers or bodies, and `redact` masks known-sensitive fields of anything it is given.
  */
 export const logger = new Logger({ serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'prompt-gateway' });
-
-// The level is read from the environment when the logger is made; a reset (the local runtime after it sets the
-// environment, docs/architecture.md "Instance state") reads it again, as a new Lambda instance would.
-onInstanceReset(() => {
-  const level = process.env.POWERTOOLS_LOG_LEVEL;
-  if (level) logger.setLogLevel(level as Parameters<Logger['setLogLevel']>[0]);
-});
 
 const SENSITIVE = /^(authorization|x-api-key|token|secret|api[-_]?key|password|cookie)$/i;
 

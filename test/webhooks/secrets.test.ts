@@ -7,8 +7,8 @@ import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { verifyWebhook } from 'prompt-gateway/webhooks';
 
-// Before any module (the Powertools logger reads its level when it is created, and again at an instance reset):
-// every line the code has. Given back when the file ends: the worker runs other files after this one.
+// Before any module (the Powertools logger reads its level once, when it is created, and goes back to it after each
+// invocation): every line the code has. This file runs in a process of its own (test/tiers.ts, OWN_PROCESS_FILES).
 const levelBefore = vi.hoisted(() => {
   const before = process.env.POWERTOOLS_LOG_LEVEL;
   process.env.POWERTOOLS_LOG_LEVEL = 'DEBUG';
@@ -238,7 +238,6 @@ afterAll(async () => {
   await gw?.stop();
   if (levelBefore === undefined) delete process.env.POWERTOOLS_LOG_LEVEL;
   else process.env.POWERTOOLS_LOG_LEVEL = levelBefore;
-  logger.setLogLevel((levelBefore ?? 'INFO') as Parameters<typeof logger.setLogLevel>[0]);
 });
 
 describe('a scenario that uses one callback secret everywhere', () => {
