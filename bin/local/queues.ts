@@ -93,6 +93,23 @@ export function sqsClient(endpoint: string): SQSClient {
   return new SQSClient({ endpoint, region: 'us-east-1', credentials: { accessKeyId: 'local', secretAccessKey: 'local' } });
 }
 
+/**
+ * What a queue's poller is doing, read only (`pollQueue(…).activity()`): for tests that prove nothing more happens
+ * (test/support/drained.ts) rather than wait for it.
+ */
+export interface PollerActivity {
+  /** Batches received since the poller started. */
+  received: number;
+  /** Batches being handled now: received, and their handler or the deletion of what succeeded not over yet. */
+  running: number;
+  /**
+   * The messages the handler gave back (failed, or not deleted), by message id, with the receipt handle they were
+   * received with: in flight on the queue until their visibility timeout ends, and then visible again. A message is
+   * forgotten when it is received again or deleted.
+   */
+  released: ReadonlyMap<string, string>;
+}
+
 /** A queue consumer answers a batch response (its failures), or nothing (the whole batch succeeded). */
 export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse> | Promise<void>;
 
@@ -145,7 +162,8 @@ export function succeededMessages(messages: readonly Message[], outcome: { resul
  * Lambda's SQS event source mapping, locally: long-polls a queue, hands batches to the handler as SQSEvents and
  * deletes what succeeded; items in `batchItemFailures` (or the whole batch on a throw) become visible again.
  * `concurrency` poll loops run side by side, each waiting for its handler before it receives again — as Lambda scales
- * an event source out to its maximum concurrency, so at most that many invocations run at once.
+ * an event source out to its maximum concurrency, so at most that many invocations run at once. `activity()` says,
+ * read only, what it is doing (PollerActivity).
  */
 export function pollQueue(opts: {
   client: SQSClient;
@@ -157,9 +175,12 @@ export function pollQueue(opts: {
   timeoutMs?: number;
   /** How many invocations may run at once (the trigger's maxConcurrency); default 1. */
   concurrency?: number;
-}): { stop(): Promise<void> } {
+}): { stop(): Promise<void>; activity(): PollerActivity } {
   let running = true;
   const abort = new AbortController();
+  let received = 0;
+  let handling = 0;
+  const released = new Map<string, string>();
   const poll = async () => {
     while (running) {
       try {
@@ -178,21 +199,32 @@ export function pollQueue(opts: {
         );
         const messages = out.Messages ?? [];
         if (messages.length === 0) continue;
-        const event: SQSEvent = { Records: messages.map((m) => sqsRecord(m, opts.queueUrl)) };
-        let outcome: { result: SQSBatchResponse | undefined } | { error: unknown };
+        received++;
+        handling++;
+        for (const m of messages) released.delete(m.MessageId!);
         try {
-          // A handler that answers nothing (void) leaves result undefined.
-          outcome = { result: (await opts.handler(event, lambdaContext(opts.functionName, opts.timeoutMs))) ?? undefined };
-        } catch (error) {
-          // The whole batch returns to the queue, as with Lambda.
-          console.error(`${opts.functionName} failed on a batch of ${messages.length}: ${(error as Error)?.stack ?? String(error)}`);
-          outcome = { error };
-        }
-        const done = succeededMessages(messages, outcome);
-        if (done.length) {
-          await opts.client.send(
-            new DeleteMessageBatchCommand({ QueueUrl: opts.queueUrl, Entries: done.map((m) => ({ Id: randomUUID(), ReceiptHandle: m.ReceiptHandle! })) }),
-          );
+          const event: SQSEvent = { Records: messages.map((m) => sqsRecord(m, opts.queueUrl)) };
+          let outcome: { result: SQSBatchResponse | undefined } | { error: unknown };
+          try {
+            // A handler that answers nothing (void) leaves result undefined.
+            outcome = { result: (await opts.handler(event, lambdaContext(opts.functionName, opts.timeoutMs))) ?? undefined };
+          } catch (error) {
+            // The whole batch returns to the queue, as with Lambda.
+            console.error(`${opts.functionName} failed on a batch of ${messages.length}: ${(error as Error)?.stack ?? String(error)}`);
+            outcome = { error };
+          }
+          // Given back until deleted: what is not deleted becomes visible again when its visibility timeout ends.
+          for (const m of messages) released.set(m.MessageId!, m.ReceiptHandle!);
+          const done = succeededMessages(messages, outcome);
+          if (done.length) {
+            const entries = new Map<string, Message>(done.map((m) => [randomUUID(), m]));
+            const deleted = await opts.client.send(
+              new DeleteMessageBatchCommand({ QueueUrl: opts.queueUrl, Entries: [...entries].map(([Id, m]) => ({ Id, ReceiptHandle: m.ReceiptHandle! })) }),
+            );
+            for (const ok of deleted.Successful ?? []) released.delete(entries.get(ok.Id!)?.MessageId ?? '');
+          }
+        } finally {
+          handling--;
         }
       } catch {
         if (running) await new Promise((r) => setTimeout(r, 250));
@@ -208,5 +240,6 @@ export function pollQueue(opts: {
       abort.abort();
       await Promise.all(loops);
     },
+    activity: () => ({ received, running: handling, released: new Map(released) }),
   };
 }

@@ -17,7 +17,7 @@ import { PROJECT_ROOT } from '../../lib/bundling.ts';
 import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
 import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, scheduledEvent, splitTarget } from './events.ts';
-import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type SqsHandler } from './queues.ts';
+import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type PollerActivity, type SqsHandler } from './queues.ts';
 import { LocalScheduler } from './scheduler.ts';
 import { LocalWebSockets, WEBSOCKET_PATH } from './websocket.ts';
 import { startAnthropicUpstream } from './upstreams/anthropic.ts';
@@ -83,7 +83,27 @@ export interface RunningGateway {
    * settlement is written (docs/architecture.md), so a test that reads the ledger right after an answer waits for this.
    */
   invocationsDone(): Promise<void>;
+  /**
+   * What the gateway is doing right now, read only: for tests that prove nothing more happens instead of sleeping
+   * (test/support/drained.ts). Counts only grow; a test compares two reads to know that nothing started in between.
+   */
+  activity(): GatewayActivity;
   stop(): Promise<void>;
+}
+
+/** `RunningGateway.activity()`: the invocations under way, and how many have started, by trigger. */
+export interface GatewayActivity {
+  /** Each queue a function consumes, its pollers together (PollerActivity, bin/local/queues.ts). */
+  queues: Partial<Record<QueueName, PollerActivity>>;
+  /** HTTP requests (function URLs and the REST API): started since the gateway started, and not yet returned. */
+  http: { started: number; running: number };
+  /** WebSocket events ($connect, $default, $disconnect), counted the same way; none without a websocket function. */
+  websocket: { started: number; running: number };
+  /**
+   * Each `schedule` function by id: its runs started (by its timer or `invokeScheduled`), whether one is running, and
+   * how long until its timer's next run (monotonic time, so a test's moved `Date` does not move it).
+   */
+  schedules: Record<string, { started: number; running: boolean; nextRunInMs: number }>;
 }
 
 /** How the local runtime serves one function of the manifest: the way AWS would invoke it. */
@@ -329,6 +349,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     const http = httpFunctions(loaded);
 
     // Lambda's SQS event sources: a poller per consumer function on its fauxqs queue, up to its maxConcurrency.
+    const pollers: { queue: QueueName; activity(): PollerActivity }[] = [];
     for (const fn of loaded) {
       if (fn.kind !== 'sqs') continue;
       const client = sqsClient(queues.endpoint);
@@ -341,6 +362,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         timeoutMs: fn.timeoutMs,
         concurrency: fn.maxConcurrency,
       });
+      pollers.push({ queue: fn.queue, activity: poller.activity });
       cleanups.push(async () => {
         await poller.stop();
         client.destroy();
@@ -370,6 +392,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       cleanups.push(() => setAccessLogSink(undefined));
     }
     const invocations = new Set<Promise<void>>();
+    let invocationsStarted = 0;
     const invocationsDone = async () => {
       await Promise.allSettled([...invocations]);
     };
@@ -381,6 +404,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
           res.end(JSON.stringify({ error: 'local_runtime_error', message: (err as Error).message }));
         } else res.destroy();
       });
+      invocationsStarted++;
       invocations.add(invocation);
       void invocation.finally(() => invocations.delete(invocation));
     };
@@ -434,6 +458,22 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       chmodSync(join(dataDir, 'runtime.json'), 0o600);
       cleanups.push(() => rmSync(join(dataDir, 'runtime.json'), { force: true }));
     }
+    const activity = (): GatewayActivity => {
+      const byQueue: GatewayActivity['queues'] = {};
+      for (const p of pollers) {
+        const a = p.activity();
+        const sum = byQueue[p.queue];
+        byQueue[p.queue] = sum
+          ? { received: sum.received + a.received, running: sum.running + a.running, released: new Map([...sum.released, ...a.released]) }
+          : a;
+      }
+      return {
+        queues: byQueue,
+        http: { started: invocationsStarted, running: invocations.size },
+        websocket: webSockets?.activity() ?? { started: 0, running: 0 },
+        schedules: Object.fromEntries([...scheduled].map(([id, runner]) => [id, runner.activity()])),
+      };
+    };
     return {
       url,
       dynamoEndpoint,
@@ -446,6 +486,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       ...(websocket ? { websocket } : {}),
       invokeScheduled,
       invocationsDone,
+      activity,
       stop: stopAll,
     };
   } catch (err) {
@@ -471,6 +512,8 @@ interface ScheduledRunner {
   invoke(): Promise<void>;
   /** Stops the timer and waits for the run in progress. */
   stop(): Promise<void>;
+  /** Runs started, whether one is running, and how long until the timer's next tick (GatewayActivity). */
+  activity(): { started: number; running: boolean; nextRunInMs: number };
 }
 
 /**
@@ -481,7 +524,12 @@ interface ScheduledRunner {
 function scheduledRunner(fn: Served & { kind: 'schedule' }, intervalMs: number): ScheduledRunner {
   let current: Promise<void> | undefined;
   let stopped = false;
+  let started = 0;
+  // When the timer last ticked (monotonic): Node re-arms an interval when its callback runs, so the next tick comes
+  // `intervalMs` after that at the earliest.
+  let tickedAt = performance.now();
   const run = (): Promise<void> => {
+    started++;
     const invocation = (async () => {
       try {
         await (fn.handler as ScheduledHandler)(scheduledEvent(fn.functionName), lambdaContext(fn.functionName, fn.timeoutMs));
@@ -502,6 +550,7 @@ function scheduledRunner(fn: Served & { kind: 'schedule' }, intervalMs: number):
     return invocation;
   };
   const tick = () => {
+    tickedAt = performance.now();
     if (stopped || current) return;
     run().catch(() => undefined); // logged above
   };
@@ -519,6 +568,12 @@ function scheduledRunner(fn: Served & { kind: 'schedule' }, intervalMs: number):
       clearInterval(timer);
       while (current) await current.catch(() => undefined);
     },
+    activity: () => ({
+      started,
+      running: current !== undefined,
+      // A second early, for the timer's own lateness in reading the clock (libuv's cached loop time).
+      nextRunInMs: stopped ? Number.POSITIVE_INFINITY : tickedAt + intervalMs - 1_000 - performance.now(),
+    }),
   };
 }
 

@@ -121,6 +121,7 @@ export class LocalWebSockets {
   private readonly protocols = new WeakMap<IncomingMessage, string>();
   private readonly connections = new Map<string, Connection>();
   private readonly pending = new Set<Promise<unknown>>();
+  private started = 0;
   private fn?: WebSocketFunction;
   private management?: Server;
   private stopping?: Promise<void>;
@@ -304,7 +305,16 @@ export class LocalWebSockets {
     return (fn.handler as WebSocketHandler)(event, lambdaContext(fn.functionName, fn.timeoutMs));
   }
 
+  /**
+   * The events handed to the function ($connect, $default, $disconnect), read only: how many since the start, and how
+   * many are being handled now. For tests that prove nothing more happens (test/support/drained.ts).
+   */
+  activity(): { started: number; running: number } {
+    return { started: this.started, running: this.pending.size };
+  }
+
   private track(work: Promise<unknown>): void {
+    this.started++;
     this.pending.add(work);
     void work.finally(() => this.pending.delete(work));
   }
