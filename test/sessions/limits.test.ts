@@ -10,6 +10,7 @@ import { finishTurn } from '../../lambdas/sessions/turn.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { MAX_FRAME_BYTES } from '../../bin/local/websocket.ts';
 import { setClock } from '../support/clock.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
 import { connectWs, type WsClient } from '../support/ws.ts';
@@ -96,8 +97,8 @@ describe('frame size', () => {
     client.send({ type: 'user', message: 'x'.repeat(MAX_FRAME_BYTES + 1) });
     const closed = await client.closed;
     expect(closed.code).toBe(1009);
-    // The oversized frame never reached the handler: no turn was started.
-    await sleep(200);
+    // The oversized frame never reached the handler: no turn was started (nothing running, nothing due for 200 ms).
+    await drained(gw, { quietMs: 200 });
     expect(client.frames.filter((f) => f.type === 'result' || f.type === 'assistant')).toEqual([]);
   });
 });
@@ -125,8 +126,7 @@ describe('idle connections', () => {
     expect(busy.client.socket.readyState).toBe(busy.client.socket.OPEN);
     expect((await connectionOf(busyUser)).sweepAt).toBeGreaterThan(Date.now());
     const before = busy.client.frames.length;
-    await sleep(200);
-    expect(busy.client.frames.length).toBeGreaterThan(before);
+    await expect.poll(() => busy.client.frames.length, { timeout: 200, interval: 20 }).toBeGreaterThan(before);
     expect(fresh.client.socket.readyState).toBe(fresh.client.socket.OPEN);
     expect(fresh.client.frames.filter((f) => f.type === 'error')).toEqual([]);
 
@@ -180,7 +180,7 @@ describe('turn_lost: the sweeper frees a turn whose worker stopped', () => {
     await expect.poll(() => hung.outcome, { timeout: 3_000, interval: 50 }).toBe('client_closed');
     await expect.poll(async () => liveLeases(gw.developerId), { timeout: 3_000, interval: 50 }).toEqual([]);
     await expect.poll(async () => windowsWithHolds(gw.tables.USAGE_TABLE!), { timeout: 3_000, interval: 50 }).toEqual([]);
-    await sleep(300);
+    await drained(gw, { quietMs: 300 });
     expect(client.frames.slice(client.frames.indexOf(lost) + 1)).toEqual([]);
     expect((await getSession(sessionId))?.conversation).toHaveLength(2);
 

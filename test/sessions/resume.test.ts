@@ -5,6 +5,7 @@ import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { createProject } from '../../lambdas/registry/registry.ts';
 import { getSession } from '../../lambdas/sessions/store.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
+import { drained, startedSince } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
 import { connectWs, type WsClient } from '../support/ws.ts';
@@ -204,8 +205,11 @@ describe('disconnecting mid-turn, and resuming', () => {
     // One answered before leaving.
     client.send({ type: 'tool_result', tool_use_id: first.id, content: 'note a' });
     await expect.poll(async () => Object.keys((await getSession(sessionId))?.turn?.clientResults ?? {}), { timeout: 3_000, interval: 50 }).toEqual([first.id]);
+    const since = gw.activity();
     await client.close();
-    await new Promise((r) => setTimeout(r, 200));
+    // The disconnect taken up by the gateway, and over: nothing running, nothing due for 200 ms.
+    await startedSince(gw, since, 'websocket');
+    await drained(gw, { quietMs: 200 });
     expect(await getSession(sessionId)).toMatchObject({ state: 'awaiting_tools' });
 
     const again = await connect(user);

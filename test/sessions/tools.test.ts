@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { getSession } from '../../lambdas/sessions/store.ts';
+import { drained, startedSince } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
 import { mcpServer, toolServer } from '../support/tool-servers.ts';
@@ -470,11 +471,14 @@ describe('/ws tools', () => {
       client.send({ type: 'tool_result', tool_use_id: note.id, content: 'Seine walk' });
       await sleep(300);
       const from = client.frames.length;
+      const since = gw.activity();
       client.send({ type: 'tool_result', tool_use_id: clock.id, content: '14:00' });
       client.send({ type: 'interrupt' });
       const result = await client.next((f) => f.type === 'result');
       results.push(result);
-      await sleep(300);
+      // Both frames taken up by the gateway, and everything they started over: nothing running, nothing due for 300 ms.
+      await startedSince(gw, since, 'websocket', 2);
+      await drained(gw, { quietMs: 300 });
       const errors = client.frames.slice(from).filter((f) => f.type === 'error');
       if (result.subtype === 'success') {
         // The interrupt came too late to stop it, or was asked and the turn ended first: either way, not refused.

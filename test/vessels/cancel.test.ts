@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { MODEL, vesselApi, type VesselRecord } from './incubate-client.ts';
 
@@ -71,8 +72,9 @@ describe('a waiting vessel is CANCELED at once', () => {
     expect(canceled.body).toEqual(canceledWaiting(before.body));
     expect((await api.status(res.body.vesselId, token)).body).toEqual(canceled.body);
 
-    // Past its time (the delayed message has come and gone): still CANCELED, never sent upstream.
-    await new Promise((r) => setTimeout(r, 3_000));
+    // Past its time (the delayed message has come and gone: nothing running, nothing due for 3 s): still CANCELED,
+    // never sent upstream.
+    await drained(gw, { quietMs: 3_000 });
     expect((await api.status(res.body.vesselId, token)).body).toEqual(canceled.body);
     expect(upstreamSaw(marker)).toBe(false);
   });
@@ -128,8 +130,9 @@ describe('a waiting vessel is CANCELED at once', () => {
     expect(canceled.body).toEqual(canceledWaiting(before.body));
 
     for (const [i, t] of [a, b].entries()) expect((await api.ended(slow[i]!.body.vesselId, t)).status).toBe('COMPLETED');
-    // Room again, and its back-off message has come back meanwhile: it stays CANCELED, never run.
-    await new Promise((r) => setTimeout(r, 2_500));
+    // Room again, and its back-off message has come back meanwhile (nothing running, nothing due for 2.5 s): it stays
+    // CANCELED, never run.
+    await drained(gw, { quietMs: 2_500 });
     expect((await api.status(third.body.vesselId, c)).body).toEqual(canceled.body);
     expect(upstreamSaw(marker)).toBe(false);
     expect(await liveLeases(developerId)).toEqual([]);

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
+import type { GatewayActivity } from '../../bin/local/runtime.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
+import { startedSince } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { RawConn } from '../support/raw-conn.ts';
 import { idempotencyItems, MODEL, vesselApi, vesselItems } from './incubate-client.ts';
@@ -63,18 +65,25 @@ async function storedOutcome(key: string): Promise<string | undefined> {
   return vessels[0]!.vesselId as string;
 }
 
-/** Waits until the in-flight handler has had time to finish whatever it was doing. */
-const settle = () => new Promise((r) => setTimeout(r, 400));
+/**
+ * Waits until the in-flight handler has finished whatever it was doing: the gateway has taken the request up (an HTTP
+ * invocation started since `since`, read before the connection was opened) and every invocation under way has returned.
+ */
+async function settle(since: GatewayActivity): Promise<void> {
+  await startedSince(gw, since, 'http');
+  await gw.invocationsDone();
+}
 
 describe('a client that leaves POST /incubate', () => {
   it('during its upload: nothing is kept, and the same key queues the vessel afterwards', async () => {
     const key = `leave-upload-${++seq}`;
     const body = JSON.stringify({ message: 'Half sent [[words:1]]', idempotencyKey: key, options: { token, model: MODEL } });
+    const since = gw.activity();
     const conn = await RawConn.open(gw.url);
     await conn.write(head('/incubate', Buffer.byteLength(body)) + body.slice(0, Math.floor(body.length / 2)));
     await new Promise((r) => setTimeout(r, 100));
     conn.destroy();
-    await settle();
+    await settle(since);
     expect(await storedOutcome(key)).toBeUndefined();
 
     const retry = await api.incubate(body);
@@ -87,11 +96,12 @@ describe('a client that leaves POST /incubate', () => {
     for (const waitMs of [0, 2, 5, 10, 20, 40, 80, 150]) {
       const key = `leave-after-${waitMs}-${++seq}`;
       const body = JSON.stringify({ message: `Left at ${waitMs} ms [[words:1]]`, idempotencyKey: key, options: { token, model: MODEL } });
+      const since = gw.activity();
       const conn = await RawConn.open(gw.url);
       await conn.write(head('/incubate', Buffer.byteLength(body)) + body);
       if (waitMs) await new Promise((r) => setTimeout(r, waitMs));
       conn.destroy();
-      await settle();
+      await settle(since);
 
       const stored = await storedOutcome(key);
       const retry = await api.incubate(body);
@@ -116,11 +126,12 @@ describe('a client that leaves POST /incubate/batch', () => {
   it('mid-batch: each item is whole or absent; the retried batch completes the set, one vessel per key', async () => {
     const keys = Array.from({ length: 20 }, (_, i) => `leave-batch-${++seq}-${i}`);
     const body = JSON.stringify({ items: keys.map((k) => ({ message: `Item ${k} [[words:1]]`, idempotencyKey: k })), options: { token, model: MODEL } });
+    const since = gw.activity();
     const conn = await RawConn.open(gw.url);
     await conn.write(head('/incubate/batch', Buffer.byteLength(body)) + body);
     await new Promise((r) => setTimeout(r, 30));
     conn.destroy();
-    await new Promise((r) => setTimeout(r, 1_000));
+    await settle(since);
 
     const stored = new Map<string, string | undefined>();
     for (const k of keys) stored.set(k, await storedOutcome(k));

@@ -14,6 +14,7 @@ import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { pollUntil } from '../support/vessels.ts';
 import { idempotencyItems, MODEL, msBetween, vesselApi, vesselItems, type QueueResponse } from './incubate-client.ts';
@@ -113,8 +114,9 @@ describe('a vessel, end to end', () => {
       scheduledFor,
       attempts: 0,
     });
-    // It stays QUEUED while there is no room: parked in the developer's line, never failed.
-    await new Promise((r) => setTimeout(r, 1_500));
+    // It stays QUEUED while there is no room: parked in the developer's line, never failed (nothing running, nothing
+    // due for 1.5 s).
+    await drained(gw, { quietMs: 1_500 });
     expect((await api.status(vesselId, token)).body).toMatchObject({ status: 'QUEUED', attempts: 0 });
     expect(await getVessel(vesselId)).toMatchObject({ parkedFor: p.developerId });
 

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { loseAnswers, type AnswerLoss, type WriteInput } from '../support/lost-answers.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
@@ -118,8 +119,8 @@ describe('a vessel move whose answer is lost', () => {
     );
     expect(stored!.webhook).toMatchObject({ status: 'delivered', round: 1, tried: 1 });
     expect(stored!.callbackHandedOffAt).toBeDefined();
-    // A moment for a second delivery to show up, were there one.
-    await new Promise((r) => setTimeout(r, 500));
+    // A second delivery would have shown up: nothing running, nothing due for 500 ms.
+    await drained(gw, { quietMs: 500 });
     const mine = rx.requests.filter((r) => r.headers['webhook-id'] === `msg_${q.vesselId}`);
     expect(mine).toHaveLength(1);
     expect(JSON.parse(mine[0]!.text)).toMatchObject({ vesselId: q.vesselId, status: 'COMPLETED', success: true, text: 'word1 word2' });

@@ -15,6 +15,7 @@ import type { StoredVessel } from '../../lambdas/vessels/record.ts';
 import { MAX_ATTEMPTS, reconcileVessels, type ReconcileReport } from '../../lambdas/vessels/reconciler.ts';
 import { reconcileShardOf } from '../../lambdas/vessels/store.ts';
 import { callbackBodyText } from '../../lambdas/webhooks/body.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { requestText, trackInFlight, type InFlightTracker } from '../support/inflight.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
@@ -237,7 +238,7 @@ describe('the reconciler', () => {
     expect(end.output!.text).toMatch(/interrupted/);
     expect(end.completedAt).toBeDefined();
     expect(await stored(v.vesselId)).not.toHaveProperty('reconcileAt');
-    await new Promise((r) => setTimeout(r, 1_000));
+    await drained(gw, { quietMs: 1_000 });
     expect(calls(tag)).toHaveLength(0);
   });
 
@@ -255,7 +256,7 @@ describe('the reconciler', () => {
       output: { success: false, text: 'The vessel was canceled while it ran', result: { subtype: 'canceled' } },
     });
     expect(end).not.toHaveProperty('cancelRequested');
-    await new Promise((r) => setTimeout(r, 1_000));
+    await drained(gw, { quietMs: 1_000 });
     expect(calls(tag)).toHaveLength(0);
   });
 
@@ -281,7 +282,7 @@ describe('the reconciler', () => {
       (n) => n === 0,
       { timeoutMs: 10_000, what: 'the stale message consumed' },
     );
-    await new Promise((r) => setTimeout(r, 500));
+    await drained(gw, { quietMs: 500 });
     const after = await stored(v.vesselId);
     expect(after).toMatchObject({ status: 'QUEUED', driveId: v.driveId, attempts: 0, updatedAt: v.updatedAt });
     expect(calls(tag)).toHaveLength(0);

@@ -3,6 +3,7 @@ import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../../lambdas/config/timing.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { setClock } from '../support/clock.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { MODEL, msBetween, runQueueCounts, vesselApi, type VesselRecord } from './incubate-client.ts';
 
@@ -195,9 +196,10 @@ describe('far: the scheduler stand-in', () => {
     expect((await api.status(vesselId, token)).body).toMatchObject({ status: 'PENDING', attempts: 0 });
     expect((await api.status(vesselId, token)).body.startedAt).toBeUndefined();
 
-    // Three seconds before its time the message is still delayed; from there real time runs to the end.
+    // Three seconds before its time the message is still delayed (nothing running, nothing due for 500 ms); from there
+    // real time runs to the end.
     setClock(due - 3_000);
-    await new Promise((r) => setTimeout(r, 500));
+    await drained(gw, { quietMs: 500 });
     expect(await runQueueCounts(gw)).toEqual({ visible: 0, inFlight: 0, delayed: 1 });
     expect((await api.status(vesselId, token)).body.status).toBe('PENDING');
 

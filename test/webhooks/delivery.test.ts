@@ -3,6 +3,7 @@ import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { verifyWebhook } from 'prompt-gateway/webhooks';
 import { hexSignature } from '../../lambdas/webhooks/signature.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, incubateBatch, pollUntil, vesselRecord } from '../support/vessels.ts';
 import { MODEL, vesselApi, type VesselRecord } from '../vessels/incubate-client.ts';
@@ -39,7 +40,6 @@ const receiver = (status: number) => receivers.start({ default: { status } });
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const GRACE_MS = 2_500;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The receiver's own checks, with node:crypto only: key = the UTF-8 bytes of the secret. */
 const ownHex = (body: Buffer, secret: string) => createHmac('sha256', Buffer.from(secret, 'utf8')).update(body).digest('hex');
@@ -66,7 +66,10 @@ function expectedBody(rec: VesselRecord) {
   };
 }
 
-/** Waits until the vessel's delivery is recorded as delivered, then the grace period, and answers the record. */
+/**
+ * Waits until the vessel's delivery is recorded as delivered, then until the gateway is drained for the grace period
+ * (nothing running, nothing due within it: test/support/drained.ts), and answers the record.
+ */
 async function delivered(token: string, vesselId: string, graceMs = GRACE_MS): Promise<VesselRecord> {
   await pollUntil(
     () => vesselRecord(gw.url, token, vesselId),
@@ -76,7 +79,7 @@ async function delivered(token: string, vesselId: string, graceMs = GRACE_MS): P
       what: `delivery of ${vesselId}`,
     },
   );
-  if (graceMs > 0) await sleep(graceMs);
+  if (graceMs > 0) await drained(gw, { quietMs: graceMs });
   return vesselRecord(gw.url, token, vesselId);
 }
 
@@ -288,7 +291,7 @@ it("a batch's callback: exactly one delivery per vessel, distinct webhook-ids ma
   expect(new Set(vesselIds).size).toBe(3);
 
   for (const id of vesselIds) await delivered(token, id, 0);
-  await sleep(GRACE_MS);
+  await drained(gw, { quietMs: GRACE_MS });
   const records: VesselRecord[] = [];
   for (const id of vesselIds) records.push(await vesselRecord(gw.url, token, id));
 

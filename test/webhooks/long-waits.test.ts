@@ -6,6 +6,7 @@ import { queueClient } from '../../lambdas/queues/sender.ts';
 import type { VesselView } from '../../lambdas/vessels/record.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
 import { sendWebhookMessage } from '../../lambdas/vessels/callback.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
 import { receiverPool } from './receiver.ts';
@@ -127,8 +128,8 @@ describe('waits over 15 minutes: the scheduler', () => {
     expect(Date.parse(s3.at) - Date.parse(second.time)).toBeGreaterThanOrEqual(1_200_000 - 1_000);
     expect(Date.parse(s3.at) - Date.parse(second.time)).toBeLessThan(1_200_000 + second.durationMs + 2_000);
     expect(schedulesOf(vesselId)).toHaveLength(1);
-    // No attempt comes by SQS meanwhile.
-    await sleep(3_000);
+    // No attempt comes by SQS meanwhile: nothing running, nothing due for 3 s (the schedule is 20 minutes ahead).
+    await drained(gw, { quietMs: 3_000 });
     expect(rx.requests).toHaveLength(2);
 
     // 20 minutes later: the schedule fires, attempt 3 is made (and fails).
@@ -152,7 +153,7 @@ describe('waits over 15 minutes: the scheduler', () => {
     const s4 = await scheduleOf(vesselId, 4);
     expectScheduleFor(s4, vesselId, 4, due4);
     expect(schedulesOf(vesselId).map((s) => s.name)).toEqual([`webhook-${vesselId}-1-4`]);
-    await sleep(2_000);
+    await drained(gw, { quietMs: 2_000 });
     expect(rx.requests).toHaveLength(3);
 
     // 10 hours later: attempt 4, the last of this schedule, fails: exhausted, on the dead-letter queue.
@@ -202,7 +203,7 @@ describe('waits over 15 minutes: the scheduler', () => {
     }
     // Nothing further is scheduled, nothing further arrives.
     expect(schedulesOf(vesselId)).toEqual([]);
-    await sleep(2_000);
+    await drained(gw, { quietMs: 2_000 });
     expect(rx.requests).toHaveLength(4);
   }, 180_000);
 
@@ -228,7 +229,7 @@ describe('waits over 15 minutes: the scheduler', () => {
     );
     expectScheduleFor(again!, vesselId, 3, due3);
     expect(schedulesOf(vesselId)).toHaveLength(1);
-    await sleep(3_000);
+    await drained(gw, { quietMs: 3_000 });
     expect(rx.requests).toHaveLength(2);
     expect(await record(vesselId)).toEqual(afterTwo);
 
@@ -249,7 +250,7 @@ describe('waits over 15 minutes: the scheduler', () => {
     });
     expect(Date.parse(delivered.attempts[2]!.time)).toBeGreaterThanOrEqual(due3);
     expect(schedulesOf(vesselId)).toEqual([]);
-    await sleep(2_000);
+    await drained(gw, { quietMs: 2_000 });
     expect(rx.requests).toHaveLength(3);
   }, 120_000);
 });

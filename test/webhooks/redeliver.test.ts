@@ -13,6 +13,7 @@ import { vesselKey } from '../../lambdas/vessels/record.ts';
 import { MAX_ROUNDS } from '../../lambdas/webhooks/redeliver.ts';
 import { queueClient } from '../../lambdas/queues/sender.ts';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
 import { receiverPool, type Receiver } from './receiver.ts';
@@ -188,8 +189,8 @@ describe('webhook redeliver', () => {
     expect(stored!.webhook).toMatchObject({ status: 'delivered', round: 2, tried: 1 });
     expect(stored!.webhook!.failure).toBeUndefined();
     expect(stored!.webhook!.deadLetteredAt).toBeUndefined();
-    // One attempt in round 2, no more.
-    await sleep(3_000);
+    // One attempt in round 2, no more (nothing running, nothing due for 3 s).
+    await drained(gw, { quietMs: 3_000 });
     expect(rx.requests).toHaveLength(ATTEMPTS + 1);
   }, 120_000);
 
@@ -308,7 +309,8 @@ describe('refusals and wrong invocations', () => {
     expect(run.stdout).toBe('');
     expect(run.stderr).toContain(`Vessel ${vesselId} has not ended`);
     expect((await getVessel(vesselId))!.webhook).toBeUndefined();
-    await sleep(2_000);
+    // Nothing running, nothing due for 2 s (the vessel's own trigger comes in ten minutes).
+    await drained(gw, { quietMs: 2_000 });
     expect(rx.requests).toHaveLength(0);
   });
 
@@ -333,7 +335,7 @@ describe('refusals and wrong invocations', () => {
       stderr: `error: Vessel ${vesselId}'s callback has been delivered in ${MAX_ROUNDS} rounds already, the most a vessel keeps\n`,
     });
     expect((await getVessel(vesselId))!.webhook).toMatchObject({ status: 'delivered', round: MAX_ROUNDS, tried: 1 });
-    await sleep(1_500);
+    await drained(gw, { quietMs: 1_500 });
     expect(rx.requests).toHaveLength(1);
   });
 
@@ -382,7 +384,9 @@ describe('the local target from DATA_DIR/runtime.json', () => {
     await recordWhen(vesselId, 'delivered', 1);
     const throwaway = await vesselCalling(rx.url);
     await recordWhen(throwaway, 'delivered', 1);
-    await sleep(1_000); // nothing of the gateway's own is sending while its environment is taken away below
+    // Nothing of the gateway's own is sending while its environment is taken away below: nothing running, nothing due
+    // for 1 s.
+    await drained(gw, { quietMs: 1_000 });
 
     const saved = { SQS_ENDPOINT: process.env.SQS_ENDPOINT, WEBHOOK_QUEUE_URL: process.env.WEBHOOK_QUEUE_URL };
     try {

@@ -2,6 +2,7 @@ import { GetQueueAttributesCommand, ReceiveMessageCommand } from '@aws-sdk/clien
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { sqsClient } from '../../bin/local/queues.ts';
 import { setOutboundResolver, type ResolvedAddress } from '../../lambdas/outbound/fetch.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
 import { MODEL, vesselApi, vesselItems } from '../vessels/incubate-client.ts';
@@ -21,7 +22,6 @@ let api: ReturnType<typeof vesselApi>;
 let rx: Receiver;
 let seq = 0;
 const key = (what: string) => `wh-refused-${what}-${++seq}`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
 /** Names this test's resolver answers, and what it answered for (so the test knows the replacement was used). */
@@ -126,8 +126,9 @@ describe('at delivery: a name that resolves to a forbidden address', () => {
       expect(failed.webhook).toEqual(expected);
       expect(asked).toContain(host); // the replaced resolver was the one asked
 
-      // A retry would have come after 1 s: none, the record stays as it is, nothing is dead-lettered.
-      await sleep(3_500);
+      // A retry would have come after 1 s: none (nothing running, nothing due for 3.5 s), the record stays as it is,
+      // nothing is dead-lettered.
+      await drained(gw, { quietMs: 3_500 });
       const after = await vesselRecord(gw.url, token, q.vesselId);
       expect(after.webhook).toEqual(failed.webhook);
       expect(await deadLetters()).toEqual({ count: 0, bodies: [] });

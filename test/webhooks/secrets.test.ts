@@ -21,6 +21,7 @@ import { logger } from '../../lambdas/observability/logger.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import type { WebhookView } from '../../lambdas/vessels/delivery.ts';
+import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { pollUntil } from '../support/vessels.ts';
 import { MODEL } from '../vessels/incubate-client.ts';
@@ -340,8 +341,9 @@ describe('a scenario that uses one callback secret everywhere', () => {
     expect(JSON.parse(showAfter.out.trim())).toMatchObject({ webhook: { status: 'delivered' } });
     expect(JSON.parse(showAfter.out.trim()).webhook.attempts).toHaveLength(4);
 
-    // Every record once more, now settled; a little time for anything still in flight.
-    await new Promise((r) => setTimeout(r, 2_000));
+    // Every record once more, now settled: nothing in flight, nothing due for 2 s (the canceled vessel's own trigger
+    // comes in ten minutes).
+    await drained(gw, { quietMs: 2_000 });
     for (const id of [ids.a, ids.b, ids.canceled, ...ids.batch]) expect((await record(id)).status).toBe(200);
   });
 });
