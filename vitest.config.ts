@@ -44,7 +44,8 @@ export default defineConfig({
       },
       // The `npm test` files that need a fresh process (test/tiers.ts).
       { extends: true, test: { name: 'unit-own-process', include: [...OWN_PROCESS_FILES] } },
-      { extends: true, test: { name: 'system', include: [...SYSTEM_FILES] } },
+      // Two at a time: the crash tests judge a run dead by its lapsed heartbeat, and must not starve it of CPU.
+      { extends: true, test: { name: 'system', include: [...SYSTEM_FILES], maxWorkers: 2 } },
       { extends: true, test: { name: 'soak', include: [...SOAK_FILES], env: { TEST_SCALE: 'full', FUZZ_RUNS: '3' } } },
     ],
   },

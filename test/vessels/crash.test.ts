@@ -28,12 +28,12 @@ import { incubate, incubateBatch, pollUntil, vesselRecord } from '../support/ves
  * DynamoDB Local (on disk in DATA_DIR) and DATA_DIR/schedules.json survive. The reconciler, at start-up and then
  * every LOCAL_SCHEDULE_INTERVAL_SECONDS (a second here, instead of a minute), re-drives the waiting vessels whose
  * `reconcileAt` passed (VESSEL_REDRIVE_AFTER_SECONDS=3 here) and retries the executing ones once their heartbeat has
- * lapsed. The lease is 3 s here (LEASE_TTL_SECONDS, instead of 60 s): the heartbeat is renewed every second and
- * lapses 3 s after the last one, and so do the dead runs' concurrency leases, so the retries find their slots free
- * about when the restarted runtime is up.
+ * lapsed. The lease is 9 s here (LEASE_TTL_SECONDS, instead of 60 s): the heartbeat is renewed every 3 s and
+ * lapses 9 s after the last one, and so do the dead runs' concurrency leases. (With 3 s, a live retry whose renewals
+ * came a few seconds late on a loaded machine was taken for dead and run a third time.)
  */
 const REDRIVE_SECONDS = 3;
-const LEASE_TTL_SECONDS = 3;
+const LEASE_TTL_SECONDS = 9;
 const SCHEDULE_INTERVAL_SECONDS = 1;
 const TIER_MAX = 5;
 /** The executing vessels' model call: long enough to be cut by the kill, short enough for the retry. */
