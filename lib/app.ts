@@ -8,15 +8,22 @@ export interface GatewayAppOptions {
   readonly production: boolean;
   readonly upstreams: { anthropic?: string; openai?: string; openrouter?: string };
   readonly alarmTopicArn?: string;
+  /**
+   * The region to deploy to, when known at synth: `-c region=…`, else the CLI's (CDK_DEFAULT_REGION, from the
+   * profile). It becomes the stack's env region and must be one of STREAMING_REGIONS (lib/regions.ts); unknown, the
+   * stack is environment-agnostic and a CloudFormation rule refuses an unsupported region at deploy.
+   */
+  readonly region?: string;
 }
 
 const STAGE = /^[a-z][a-z0-9-]{0,19}$/;
+const REGION = /^[a-z]{2}(-[a-z]+)+-\d+$/;
 
 /**
  * Context keys: `stage` (default `dev`), `production` (default: true only for stage `prod`), `anthropicBaseUrl`,
- * `openaiBaseUrl`, `openrouterBaseUrl`, `alarmTopicArn`.
+ * `openaiBaseUrl`, `openrouterBaseUrl`, `alarmTopicArn`, `region` (default: the CLI's CDK_DEFAULT_REGION, if any).
  */
-export function gatewayOptions(app: App): GatewayAppOptions {
+export function gatewayOptions(app: App, environment: NodeJS.ProcessEnv = process.env): GatewayAppOptions {
   const ctx = (key: string): unknown => app.node.tryGetContext(key);
   const stage = String(ctx('stage') ?? 'dev');
   if (!STAGE.test(stage)) throw new Error(`Context "stage" must match ${STAGE} (it names resources), got "${stage}"`);
@@ -33,7 +40,9 @@ export function gatewayOptions(app: App): GatewayAppOptions {
     upstreams[provider] = url;
   }
   const alarmTopicArn = text('alarmTopicArn');
-  return { stage, production, upstreams, ...(alarmTopicArn ? { alarmTopicArn } : {}) };
+  const region = text('region') ?? (environment.CDK_DEFAULT_REGION || undefined);
+  if (region !== undefined && !REGION.test(region)) throw new Error(`Context "region" must be an AWS region name such as eu-west-1, got "${region}"`);
+  return { stage, production, upstreams, ...(alarmTopicArn ? { alarmTopicArn } : {}), ...(region ? { region } : {}) };
 }
 
 function parseBoolean(key: string, value: unknown): boolean | undefined {
@@ -57,6 +66,8 @@ export function buildGatewayApp(app: App): GatewayStack {
     upstreams: options.upstreams,
     ...(options.alarmTopicArn ? { alarmTopicArn: options.alarmTopicArn } : {}),
     terminationProtection: options.production,
+    // Known at synth, the region is checked there (lib/regions.ts); unknown, the template checks it at deploy.
+    ...(options.region ? { env: { region: options.region } } : {}),
   });
   Validations.of(app).addPlugins(...gatewayNagPacks(app));
   return stack;

@@ -8,6 +8,7 @@ import type { RestRoute } from '../lambdas/conjure/routes.ts';
 import { FUNCTIONS, type FunctionAccess, type FunctionId, type FunctionSpec } from '../lambdas/handlers/manifest.ts';
 import { TABLES } from '../lambdas/store/tables.ts';
 import { PROJECT_ROOT } from './bundling.ts';
+import { ApiGatewayAccount } from './constructs/api-gateway-account.ts';
 import { ConjureApi } from './constructs/api.ts';
 import { GatewayData } from './constructs/data.ts';
 import { GatewayFunction } from './constructs/functions.ts';
@@ -16,6 +17,7 @@ import { GatewayQueues } from './constructs/queues.ts';
 import { GatewayScheduling } from './constructs/scheduling.ts';
 import { GatewaySecrets } from './constructs/secrets.ts';
 import { GatewayWebSocket } from './constructs/websocket.ts';
+import { requireStreamingRegion } from './regions.ts';
 
 export interface GatewayStackProps extends StackProps {
   /** Stage name (`dev`, `prod`, …): part of resource names, the API stage, the schedule group. */
@@ -51,6 +53,8 @@ export class GatewayStack extends Stack {
   readonly conjureApi?: ConjureApi;
   /** The WebSocket API of each `websocket` function, by manifest id. */
   readonly webSockets: Readonly<Record<string, GatewayWebSocket>>;
+  /** API Gateway's account-level CloudWatch role setting (absent only when the stack has no API Gateway API). */
+  readonly apiGatewayAccount?: ApiGatewayAccount;
 
   constructor(scope: Construct, id: string, props: GatewayStackProps) {
     super(scope, id, props);
@@ -66,6 +70,9 @@ export class GatewayStack extends Stack {
       );
     }
 
+    // Function URLs in RESPONSE_STREAM mode exist in some regions only: refused at synth, or at deploy by a rule.
+    if (specs.some((s) => s.trigger.kind === 'streaming-url')) requireStreamingRegion(this);
+
     this.data = new GatewayData(this, 'Data', { production });
     this.secrets = new GatewaySecrets(this, 'Secrets', { stage, production });
     this.queues = new GatewayQueues(this, 'Queues', { production });
@@ -73,6 +80,11 @@ export class GatewayStack extends Stack {
     const scheduledQueues = [...new Set(specs.filter((s) => s.access.scheduler).flatMap((s) => s.access.queues))];
     this.scheduling = new GatewayScheduling(this, 'Scheduling', { stage, targetQueues: scheduledQueues.map((name) => this.queues.byName[name].queue) });
     const { tables } = this.data;
+    // API Gateway's CloudWatch role setting, once for the stack's APIs (REST and WebSocket): their stages log.
+    const apiAccount = specs.some((s) => s.trigger.kind === 'rest' || s.trigger.kind === 'websocket')
+      ? new ApiGatewayAccount(this, 'ApiGatewayAccount')
+      : undefined;
+    this.apiGatewayAccount = apiAccount;
     const tableEnv = this.data.environment();
 
     const upstreamEnv: Record<string, string> = {
@@ -102,6 +114,8 @@ export class GatewayStack extends Stack {
         description: spec.description,
         timeout: Duration.seconds(spec.timeoutSeconds),
         memorySize: spec.memoryMb,
+        // A loop through its own queue is stopped by Lambda unless the manifest declares it (docs/deploy.md).
+        recursiveLoop: spec.recursion?.allowed ? lambda.RecursiveLoop.ALLOW : lambda.RecursiveLoop.TERMINATE,
         environment: { ...tableEnv, ...(spec.access.providers ? providerEnv : {}) },
       });
       functions[spec.id] = target;
@@ -128,7 +142,13 @@ export class GatewayStack extends Stack {
           });
           break;
         case 'websocket': {
-          const ws = new GatewayWebSocket(this, `${spec.id}WebSocket`, { stage, production, handler: target.fn, description: spec.description });
+          const ws = new GatewayWebSocket(this, `${spec.id}WebSocket`, {
+            stage,
+            production,
+            handler: target.fn,
+            description: spec.description,
+            account: apiAccount!,
+          });
           webSockets[spec.id] = ws;
           output(`${spec.id}WebSocketUrl`, ws.url, `${spec.description}: the wss:// URL clients connect to`);
           break;
@@ -153,7 +173,7 @@ export class GatewayStack extends Stack {
       ws.grantConnections(functions[spec.id]!.fn);
     }
     if (restIntegrations.length) {
-      this.conjureApi = new ConjureApi(this, 'Conjure', { stage, production, integrations: restIntegrations });
+      this.conjureApi = new ConjureApi(this, 'Conjure', { stage, production, integrations: restIntegrations, account: apiAccount! });
       output('ConjureUrl', this.conjureApi.url, 'Base URL of /usage and the incubate endpoints');
     }
 

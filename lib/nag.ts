@@ -1,4 +1,4 @@
-import type { CfnResource } from 'aws-cdk-lib';
+import { type CfnResource, Stack, Token } from 'aws-cdk-lib';
 import { AwsSolutionsChecks, NagMessageLevel, NagPack, rules, type NagPackProps } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 
@@ -28,4 +28,17 @@ export class GatewayChecks extends NagPack {
 /** The rule packs every gateway app is checked against on synth (registered as CDK validation plugins). */
 export function gatewayNagPacks(scope: IConstruct): NagPack[] {
   return [new AwsSolutionsChecks(scope, { verbose: true }), new GatewayChecks(scope, { verbose: true })];
+}
+
+/**
+ * The region and account as cdk-nag spells them in a finding's resource (`arn:<AWS::Partition>:…:<AWS::Region>:…`):
+ * the pseudo parameter in an environment-agnostic stack, the literal value when the stack's env names it (`-c region=…`
+ * or the CLI's profile, lib/app.ts). Acknowledgements that name an ARN build it with these, so they match either way.
+ */
+export function nagEnvironment(scope: IConstruct): { region: string; account: string } {
+  const { region, account } = Stack.of(scope);
+  return {
+    region: Token.isUnresolved(region) ? '<AWS::Region>' : region,
+    account: Token.isUnresolved(account) ? '<AWS::AccountId>' : account,
+  };
 }

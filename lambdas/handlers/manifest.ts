@@ -78,6 +78,15 @@ export interface FunctionSpec {
   readonly timeoutSeconds: number;
   readonly trigger: FunctionTrigger;
   readonly access: FunctionAccess;
+  /**
+   * The function sends to the queue that triggers it, on purpose: a chain of its own invocations through that queue
+   * is part of its design, and `reason` says what bounds it. Lambda's recursive-loop detection stops such a chain
+   * after 16 invocations unless the function's RecursiveLoop is Allow, which the stack sets exactly for the entries
+   * that declare this (Terminate, the default, for every other); the local runtime stops an undeclared loop the same
+   * way. A function that may send to its own trigger queue must declare it (test/lib/deploy.test.ts), so every
+   * loop is a decision (docs/deploy.md, "Recursive loops").
+   */
+  readonly recursion?: { readonly allowed: true; readonly reason: string };
 }
 
 /** Registry read (projects and their secrets), Usage read/write (budget windows): what every metered function needs. */
@@ -104,8 +113,10 @@ export const FUNCTIONS = [
     timeoutSeconds: 29,
     trigger: { kind: 'rest', routes: CONJURE_ROUTES },
     // Vessels: /incubate creates and cancels them; the run queue and the scheduler start them (now, within 15
-    // minutes, or later); encrypts: a callback's secret is stored encrypted.
-    access: { tables: { ...LEDGER, Vessels: 'readwrite' }, providers: false, queues: ['run'], scheduler: true, encrypts: true },
+    // minutes, or later); webhook: cancelling a waiting vessel ends it, and an ended vessel's callback is handed to
+    // the webhook queue at once (vessels/cancel.ts → end.ts → callback.ts); encrypts: a callback's secret is stored
+    // encrypted.
+    access: { tables: { ...LEDGER, Vessels: 'readwrite' }, providers: false, queues: ['run', 'webhook'], scheduler: true, encrypts: true },
   },
   {
     id: 'Prompt',
@@ -128,6 +139,14 @@ export const FUNCTIONS = [
     trigger: { kind: 'sqs', queue: 'run', maxConcurrency: 20 },
     // Leases: the developer's concurrency; run: a vessel put back until due or capacity; webhook: its callback.
     access: { tables: { ...LEDGER, Vessels: 'readwrite', Leases: 'readwrite' }, providers: true, queues: ['run', 'webhook'], scheduler: false },
+    recursion: {
+      allowed: true,
+      reason:
+        'It sends to its own run queue from inside an invocation: an early message put back until the vessel is due, ' +
+        "the back-offs while the developer's budget or slot is held, and the wake of the next parked vessel. Each hop is " +
+        "a conditional state transition of a vessel in the Vessels table; a vessel's put-backs end when it is due and " +
+        'admitted, or canceled, and the reconciler re-drives from the table whatever a lost message left behind.',
+    },
   },
   {
     id: 'VesselReconciler',
@@ -151,6 +170,13 @@ export const FUNCTIONS = [
     // Vessels: each attempt is claimed and recorded on its vessel; decrypts: the callback secret; webhook: the next
     // attempt (delayed, or scheduled beyond 15 minutes), and its dead-letter queue once the retries are spent.
     access: { tables: { Vessels: 'readwrite' }, providers: false, decrypts: true, queues: ['webhook'], deadLetters: ['webhook'], scheduler: true },
+    recursion: {
+      allowed: true,
+      reason:
+        'It sends to its own webhook queue: the next attempt of a delivery (delayed, or scheduled beyond 15 minutes) and ' +
+        'an early message put back. Each hop is a conditional transition of the delivery record on its vessel; the ' +
+        'retries are bounded by WEBHOOK_RETRY_WAITS, after which the delivery goes to the dead-letter queue.',
+    },
   },
   {
     id: 'Sessions',

@@ -1,9 +1,10 @@
-import { RemovalPolicy, Validations } from 'aws-cdk-lib';
+import { type CfnResource, Validations } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigateway';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 import type { RestRoute } from '../../lambdas/conjure/routes.ts';
+import type { ApiGatewayAccount } from './api-gateway-account.ts';
 import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
 
 /** Per-stage throttling: the steady rate (requests/s) and the burst above it. */
@@ -17,6 +18,8 @@ export interface ConjureApiProps {
    * (lambdas/handlers/manifest.ts; conjure's routes are CONJURE_ROUTES in lambdas/conjure/routes.ts).
    */
   readonly integrations: ReadonlyArray<{ readonly handler: lambda.IFunction; readonly routes: readonly RestRoute[] }>;
+  /** The stack's API Gateway CloudWatch role setting: the stage, which logs, is created after it. */
+  readonly account: ApiGatewayAccount;
 }
 
 /**
@@ -41,10 +44,9 @@ export class ConjureApi extends Construct {
       restApiName: `prompt-gateway-${props.stage}-conjure`,
       description: `Prompt gateway (${props.stage}): /usage and the incubate endpoints`,
       endpointTypes: [apigw.EndpointType.REGIONAL],
-      // API Gateway can log (access or execution logs) only once the account names a CloudWatch role. It is one
-      // setting per account and region, shared with every other API there, so it outlives this stack.
-      cloudWatchRole: true,
-      cloudWatchRoleRemovalPolicy: RemovalPolicy.RETAIN,
+      // API Gateway can log (access or execution logs) only once the account names a CloudWatch role: the stack's one
+      // ApiGatewayAccount, shared with the WebSocket API (attached below), not one of the REST API's own.
+      cloudWatchRole: false,
       deployOptions: {
         stageName: props.stage,
         throttlingRateLimit: CONJURE_THROTTLING.rateLimit,
@@ -77,6 +79,7 @@ export class ConjureApi extends Construct {
       removalPolicy,
     });
     this.api.deploymentStage.node.addDependency(executionLogs);
+    props.account.attach(this.api.node.defaultChild as CfnResource, this.api.deploymentStage);
 
     const validator = this.api.addRequestValidator('Validator', {
       requestValidatorName: 'body-and-parameters',
@@ -115,12 +118,6 @@ export class ConjureApi extends Construct {
         reason:
           'No WAF web ACL by default: it costs a fixed monthly fee even when idle, and abuse is bounded by stage ' +
           'throttling plus per-user budgets enforced on every request. Attach a web ACL to the stage where needed.',
-      },
-      {
-        id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]',
-        reason:
-          'The account-level role API Gateway needs to write any access or execution logs. The AWS managed policy is the ' +
-          'one AWS documents for exactly this role; it is not attached to any function.',
       },
     );
   }

@@ -23,6 +23,12 @@ export interface GatewayFunctionProps {
   readonly environment?: Record<string, string>;
   readonly stage: string;
   readonly production: boolean;
+  /**
+   * Lambda's recursive-loop detection: Terminate (the default) stops a chain of invocations through a queue after
+   * about 16 hops; Allow lets it run — only for a function whose manifest entry declares `recursion` (docs/deploy.md,
+   * "Recursive loops").
+   */
+  readonly recursiveLoop?: lambda.RecursiveLoop;
 }
 
 /**
@@ -60,6 +66,7 @@ export class GatewayFunction extends Construct {
       memorySize: props.memorySize,
       role: this.role,
       logGroup: this.logGroup,
+      recursiveLoop: props.recursiveLoop ?? lambda.RecursiveLoop.TERMINATE,
       projectRoot: PROJECT_ROOT,
       depsLockFilePath: join(PROJECT_ROOT, 'package-lock.json'),
       bundling: {

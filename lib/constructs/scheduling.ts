@@ -4,6 +4,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { nagEnvironment } from '../nag.ts';
 
 export interface GatewaySchedulingProps {
   readonly stage: string;
@@ -65,8 +66,9 @@ export class GatewayScheduling extends Construct {
     fn.addEnvironment('SCHEDULE_GROUP_NAME', this.groupName);
     fn.addEnvironment('SCHEDULER_ROLE_ARN', this.role.roleArn);
     // On the role, whose policy holds the statement (a GatewayFunction's role is not a child of its function).
+    const { region, account } = nagEnvironment(this);
     Validations.of(fn.role ?? fn).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/${this.groupName}/*]`,
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:${region}:${account}:schedule/${this.groupName}/*]`,
       reason:
         "Schedule names are generated per vessel at run time, so the grant names the gateway's schedule group " +
         'and allows any schedule inside it — never schedules of other groups.',

@@ -1,9 +1,11 @@
-import { Stack, Validations } from 'aws-cdk-lib';
+import { type CfnResource, Stack, Validations } from 'aws-cdk-lib';
 import * as apigwv2 from 'aws-cdk-lib/aws-apigatewayv2';
 import { WebSocketLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
+import { nagEnvironment } from '../nag.ts';
+import type { ApiGatewayAccount } from './api-gateway-account.ts';
 import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
 
 /** Per-stage throttling of a WebSocket API (messages and connects per second, and the burst above). */
@@ -15,6 +17,8 @@ export interface GatewayWebSocketProps {
   /** The function of a manifest entry with a `websocket` trigger: it gets $connect, $disconnect and $default. */
   readonly handler: lambda.IFunction;
   readonly description: string;
+  /** The stack's API Gateway CloudWatch role setting: the stage, which logs, is created after it. */
+  readonly account: ApiGatewayAccount;
 }
 
 /**
@@ -50,6 +54,8 @@ export class GatewayWebSocket extends Construct {
       throttle: WEBSOCKET_THROTTLING,
       accessLogSettings: { destination: new apigwv2.LogGroupLogDestination(this.accessLogs) },
     });
+    // Access logs need the account's CloudWatch role first, as the REST API's stage does.
+    props.account.attach(this.api.node.defaultChild as CfnResource, this.stage);
     this.grantConnections(props.handler, { callbackUrl: false });
 
     Validations.of(this.api).acknowledge({
@@ -74,8 +80,9 @@ export class GatewayWebSocket extends Construct {
       fn.addEnvironment('WEBSOCKET_CALLBACK_URL', this.callbackUrl);
     }
     // The grant is a statement of the function's role policy, so the acknowledgement goes on the role.
+    const { region, account } = nagEnvironment(this);
     Validations.of(fn.role ?? fn).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<${Stack.of(this).getLogicalId(this.api.node.defaultChild as never)}>/*/*/@connections/*]`,
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:${region}:${account}:<${Stack.of(this).getLogicalId(this.api.node.defaultChild as never)}>/*/*/@connections/*]`,
       reason:
         'Connection ids are created by API Gateway at run time, so the grant names this WebSocket API and allows ' +
         "posting to (and closing) any of its connections — never another API's.",

@@ -683,8 +683,9 @@ describe('vessels', () => {
         [spec.envVar]: { Ref: logicalIdOf(stack.queues.byName[queue].queue) },
       });
     }
-    // Neither is told (nor may send to) the other's queue.
-    expect(envOf(stack.conjure).WEBHOOK_QUEUE_ARN).toBeUndefined();
+    // The sender is not told (nor may send to) the run queue; conjure is told the webhook queue, as it may send a
+    // canceled vessel's callback there.
+    expect(envOf(stack.conjure).WEBHOOK_QUEUE_ARN).toEqual({ 'Fn::GetAtt': [logicalIdOf(stack.queues.byName.webhook.queue), 'Arn'] });
     expect(envOf(stack.functionOf('WebhookSender')).RUN_QUEUE_ARN).toBeUndefined();
     // The executor and the reconciler never schedule (only a cancel removes a schedule).
     for (const id of ['VesselExecutor', 'VesselReconciler']) {
@@ -696,18 +697,19 @@ describe('vessels', () => {
     }
   });
 
-  it('conjure may send to the run queue only; the executor and the reconciler to the run and webhook queues', () => {
+  it('conjure, the executor and the reconciler may send to the run and webhook queues (conjure: a canceled vessel hands its callback over)', () => {
     const queueArn = (name: 'run' | 'webhook') => ({ 'Fn::GetAtt': [logicalIdOf(stack.queues.byName[name].queue), 'Arn'] });
     const sendsTo = (id: string) =>
       statementsOf(id)
         .filter(({ statement }) => asArray(statement.Action).includes('sqs:SendMessage'))
         .flatMap(({ statement }) => asArray(statement.Resource as unknown));
-    expect(sendsTo('ConjureApi')).toEqual([queueArn('run')]);
+    expect(sendsTo('ConjureApi')).toEqual([queueArn('run'), queueArn('webhook')]);
     expect(sendsTo('VesselExecutor')).toEqual([queueArn('run'), queueArn('webhook')]);
     expect(sendsTo('VesselReconciler')).toEqual([queueArn('run'), queueArn('webhook')]);
-    expect(envOf(stack.conjure).WEBHOOK_QUEUE_URL).toBeUndefined();
-    // Only the executor and the reconciler hand webhook deliveries over this way besides the sender (its retries).
+    expect(envOf(stack.conjure).WEBHOOK_QUEUE_URL).toEqual({ Ref: logicalIdOf(stack.queues.byName.webhook.queue) });
+    // Only the functions that end vessels hand webhook deliveries over this way besides the sender (its retries).
     expect(FUNCTIONS.filter((f) => (f.access.queues as readonly string[]).includes('webhook')).map((f) => f.id)).toEqual([
+      'ConjureApi',
       'VesselExecutor',
       'VesselReconciler',
       'WebhookSender',
