@@ -4,20 +4,32 @@ import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { pathToFileURL } from 'node:url';
-import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context, LambdaFunctionURLEvent, ScheduledEvent } from 'aws-lambda';
+import type {
+  APIGatewayProxyEvent,
+  APIGatewayProxyResult,
+  Context,
+  LambdaFunctionURLEvent,
+  ScheduledEvent,
+  SQSBatchResponse,
+  SQSEvent,
+  SQSRecord,
+} from 'aws-lambda';
 import { MAX_INVOCATION_SECONDS } from '../../lambdas/config/env.ts';
 import type { RestRoute } from '../../lambdas/conjure/routes.ts';
 import { FUNCTIONS, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
-import { MAX_BODY_BYTES } from '../../lambdas/http/limits.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
 import { formatAccessLine, setAccessLogSink, type AccessRecord } from '../../lambdas/observability/access-log.ts';
 import { QUEUES, queueSpec, type QueueName } from '../../lambdas/store/queues.ts';
 import { PROJECT_ROOT } from '../../lib/bundling.ts';
-import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream } from './awslambda-shim.ts';
+import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream, STREAMING } from './awslambda-shim.ts';
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
 import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, scheduledEvent, splitTarget } from './events.ts';
+import { startLocalIam, type LocalIam } from './iam.ts';
+import { functionEnvironment, installInstances, invokeAs } from './instances.ts';
+import { apiGatewayLimits, functionUrlPayloadRefusal } from './limits.ts';
 import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type PollerActivity, type SqsHandler } from './queues.ts';
+import { chainInvocations, invocationTraceHeader, MAX_CHAIN_INVOCATIONS, newTraceHeader } from './recursion.ts';
 import { LocalScheduler } from './scheduler.ts';
 import { LocalWebSockets, WEBSOCKET_PATH } from './websocket.ts';
 import { startAnthropicUpstream } from './upstreams/anthropic.ts';
@@ -45,6 +57,8 @@ export interface GatewayOptions {
   env?: Record<string, string>;
   /** Lambda's invocation limit, enforced locally (default 15 minutes); tests shorten it. */
   invocationTimeoutMs?: number;
+  /** API Gateway's REST integration time-out (default 29 s, bin/local/limits.ts); tests shorten it. */
+  restIntegrationTimeoutMs?: number;
   /** Prints one readable access-log line per request (npm start); by default the handlers' structured log is used. */
   accessLog?: (line: string) => void;
   /** Each access-log line as `{"access": {…record}}` instead, phases included (LOCAL_ACCESS_LOG=json; the bench reads it). */
@@ -104,6 +118,8 @@ export interface GatewayActivity {
    * how long until its timer's next run (monotonic time, so a test's moved `Date` does not move it).
    */
   schedules: Record<string, { started: number; running: boolean; nextRunInMs: number }>;
+  /** Messages Lambda's recursive-loop detection, emulated, has stopped (bin/local/recursion.ts): each counted once. */
+  recursionStopped: number;
 }
 
 /** How the local runtime serves one function of the manifest: the way AWS would invoke it. */
@@ -111,6 +127,8 @@ export type LocalFunction = {
   readonly id: string;
   /** Absolute path of the handler file. */
   readonly entry: string;
+  /** Its manifest entry: what it may do (bin/local/iam.ts) and see (bin/local/instances.ts). */
+  readonly spec: FunctionSpec;
   /** The name in the Lambda context and in local error lines (`ConjureApi` → `conjure-api`). */
   readonly functionName: string;
   readonly timeoutMs: number;
@@ -183,6 +201,7 @@ export function localFunctions(functions: readonly FunctionSpec[] = FUNCTIONS): 
   return functions.map((spec): LocalFunction => {
     const common = {
       id: spec.id,
+      spec,
       entry: join(PROJECT_ROOT, spec.entry),
       functionName: spec.id.replace(/([a-z0-9])([A-Z])/g, '$1-$2').toLowerCase(),
       timeoutMs: spec.timeoutSeconds * 1000,
@@ -224,6 +243,62 @@ type Served = LocalFunction & { readonly handler: unknown };
 type ApiHandler = (event: APIGatewayProxyEvent, context: Context) => Promise<APIGatewayProxyResult>;
 type StreamHandler = (event: LambdaFunctionURLEvent, stream: LocalResponseStream, context: Context) => Promise<void>;
 type ScheduledHandler = (event: ScheduledEvent, context: Context) => Promise<unknown>;
+type AnyHandler = (...args: unknown[]) => unknown;
+
+/**
+ * A function's handler as Lambda invokes it: each call an invocation of that function, in its own environment and
+ * instance (bin/local/instances.ts). An HTTP request, a WebSocket event or a schedule starts a new trace; a queue's
+ * batch carries its messages' chain (bin/local/recursion.ts), and a message that would be the chain's 17th invocation
+ * of a function whose manifest entry does not allow recursion is not handed to it: Lambda's recursive-loop detection
+ * stops it, it stays on the queue (given back, as a failure) until its redrive policy moves it to the dead-letter queue.
+ */
+function asInvocations(
+  fn: LocalFunction,
+  handler: AnyHandler,
+  environment: Readonly<Record<string, string | undefined>>,
+  iam: LocalIam,
+  recursion: { stopped: number },
+): AnyHandler {
+  let wrapped: AnyHandler;
+  if (fn.kind === 'sqs') {
+    const recursionAllowed = fn.spec.recursion?.allowed === true;
+    const stoppedBefore = new Set<string>();
+    wrapped = async (...args: unknown[]) => {
+      const [event, context] = args as [SQSEvent, Context];
+      const run: SQSRecord[] = [];
+      const stopped: SQSRecord[] = [];
+      for (const record of event.Records) {
+        const trace = iam.traceOf(record.messageId);
+        if (trace) record.attributes.AWSTraceHeader = trace;
+        if (!recursionAllowed && chainInvocations(trace, fn.id) >= MAX_CHAIN_INVOCATIONS) stopped.push(record);
+        else run.push(record);
+      }
+      for (const record of stopped) {
+        if (stoppedBefore.has(record.messageId)) continue;
+        stoppedBefore.add(record.messageId);
+        recursion.stopped++;
+        console.warn(
+          `${fn.functionName}: Lambda's recursive-loop detection stopped message ${record.messageId}: its chain has invoked ${fn.id} ` +
+            `${MAX_CHAIN_INVOCATIONS} times, and its manifest entry does not allow recursion (lambdas/handlers/manifest.ts, \`recursion\`)`,
+        );
+      }
+      const failures = stopped.map((r) => ({ itemIdentifier: r.messageId }));
+      if (run.length === 0) return { batchItemFailures: failures };
+      const trace = invocationTraceHeader(
+        run.map((r) => r.attributes.AWSTraceHeader),
+        fn.id,
+      );
+      const result = (await invokeAs(fn.id, environment, trace, () => handler({ ...event, Records: run }, context))) as SQSBatchResponse | undefined;
+      const failed = new Set((result?.batchItemFailures ?? []).map((f) => f.itemIdentifier));
+      for (const record of run) if (!failed.has(record.messageId)) iam.forget(record.messageId);
+      return failures.length || result ? { batchItemFailures: [...(result?.batchItemFailures ?? []), ...failures] } : undefined;
+    };
+  } else {
+    wrapped = (...args: unknown[]) => invokeAs(fn.id, environment, newTraceHeader(), () => handler(...args));
+  }
+  if (isStreamingHandler(handler)) Object.defineProperty(wrapped, STREAMING, { value: true });
+  return wrapped;
+}
 
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
   // First, before anything starts: a function this runtime cannot serve refuses the start.
@@ -338,13 +413,33 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     for (const [key, value] of Object.entries(process.env)) if (value !== undefined && value !== environmentBefore[key]) environmentSet[key] = value;
     resetInstanceState();
 
+    // Each function as its own Lambda: only the environment its manifest entry grants, its own instance state, and
+    // its calls to DynamoDB and SQS checked against its grants (docs/local.md, "As strict as AWS").
+    const iam: LocalIam = await startLocalIam({
+      functions: served.map((f) => ({ spec: f.spec, functionName: f.functionName })),
+      dynamoEndpoint,
+      sqsEndpoint: queues.endpoint,
+      tables,
+      queues: Object.fromEntries(
+        QUEUES.map((q) => [q.name, { url: queues.urls[q.envVar], deadLetterUrl: queues.deadLetterUrls[q.deadLetterEnvVar] }]),
+      ) as Record<QueueName, { url: string; deadLetterUrl: string }>,
+    });
+    cleanups.push(() => iam.stop());
+    const processEnvironment = { ...process.env };
+    const environments = new Map(
+      served.map((f) => [f.id, functionEnvironment(f.spec, f.functionName, processEnvironment, { dynamo: iam.dynamoEndpoint, sqs: iam.sqsEndpoint })]),
+    );
+    cleanups.push(installInstances());
+    const recursion = { stopped: 0 };
+
     // Handlers are loaded only now: middy reads the awslambda globals and the handlers read the environment at load.
     installAwsLambdaShim();
     const loaded: Served[] = [];
     for (const fn of served) {
       const { handler } = (await import(pathToFileURL(fn.entry).href)) as { handler?: unknown };
       if (typeof handler !== 'function') throw new Error(`${fn.entry} exports no handler function (the ${fn.id} function of the manifest)`);
-      loaded.push({ ...fn, handler });
+      const environment = environments.get(fn.id)!;
+      loaded.push({ ...fn, handler: asInvocations(fn, handler as AnyHandler, environment, iam, recursion) });
     }
     const http = httpFunctions(loaded);
 
@@ -397,7 +492,11 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       await Promise.allSettled([...invocations]);
     };
     const serve = (req: IncomingMessage, res: ServerResponse) => {
-      const invocation = route(req, res, { ...http, invocationTimeoutMs: opts.invocationTimeoutMs }).catch((err: unknown) => {
+      const invocation = route(req, res, {
+        ...http,
+        invocationTimeoutMs: opts.invocationTimeoutMs,
+        restIntegrationTimeoutMs: opts.restIntegrationTimeoutMs,
+      }).catch((err: unknown) => {
         console.error(`local runtime failed: ${(err as Error)?.stack ?? String(err)}`);
         if (!res.headersSent && !res.destroyed) {
           res.writeHead(500, { 'content-type': 'application/json' });
@@ -472,6 +571,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         http: { started: invocationsStarted, running: invocations.size },
         websocket: webSockets?.activity() ?? { started: 0, running: 0 },
         schedules: Object.fromEntries([...scheduled].map(([id, runner]) => [id, runner.activity()])),
+        recursionStopped: recursion.stopped,
       };
     };
     return {
@@ -626,7 +726,11 @@ export function functionForPath<F extends LocalFunction>(functions: readonly F[]
  * Messages API under /v1 —, the REST API for the rest) from the path alone, normalised once by the same function
  * the routers use, and calls its real handler. Nothing a client does here may throw past this point.
  */
-async function route(req: IncomingMessage, res: ServerResponse, h: HttpFunctions & { invocationTimeoutMs?: number }): Promise<void> {
+async function route(
+  req: IncomingMessage,
+  res: ServerResponse,
+  h: HttpFunctions & { invocationTimeoutMs?: number; restIntegrationTimeoutMs?: number },
+): Promise<void> {
   const path = normalizePath(splitTarget(req.url).path);
   if (path === '/health' || path === '/health/') {
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -634,16 +738,39 @@ async function route(req: IncomingMessage, res: ServerResponse, h: HttpFunctions
     return;
   }
   // A CONNECT request has no body to read (the connection would be a tunnel).
-  const read = req.method === 'CONNECT' ? { body: Buffer.alloc(0), truncated: false } : await readBody(req, MAX_BODY_BYTES);
+  // Up to API Gateway's 10 MB: what is over is refused below as AWS would, and the rest of the upload is not kept.
+  const read = req.method === 'CONNECT' ? { body: Buffer.alloc(0), truncated: false } : await readBody(req, apiGatewayLimits.maxBodyBytes);
   if (!read) return; // the client went away mid-upload: nothing to answer
-  // A truncated body is refused by the handler (413); the rest of the upload is not kept, and the connection closes.
   const fn = functionForPath<Served>([...h.streaming, ...h.rest], path);
+  const answer = (refusal: { statusCode: number; headers: Readonly<Record<string, string>>; body: string }) => {
+    res.writeHead(refusal.statusCode, refusal.headers);
+    res.end(refusal.body);
+  };
   if (fn?.kind === 'streaming-url') {
-    await invokeStreaming(fn.handler, functionUrlEvent(req, read.body), res, fn.functionName, h.invocationTimeoutMs ?? fn.timeoutMs);
+    const event = functionUrlEvent(req, read.body);
+    const refusal = functionUrlPayloadRefusal(event, read.body.length, read.truncated);
+    if (refusal) answer(refusal);
+    else await invokeStreaming(fn.handler, event, res, fn.functionName, h.invocationTimeoutMs ?? fn.timeoutMs);
   } else if (fn?.kind === 'rest') {
-    const result = await (fn.handler as ApiHandler)(apiGatewayEvent(req, read.body), lambdaContext(fn.functionName, fn.timeoutMs));
-    res.writeHead(result.statusCode, result.headers as Record<string, string>);
-    res.end(result.isBase64Encoded ? Buffer.from(result.body, 'base64') : result.body);
+    const event = read.truncated ? undefined : apiGatewayEvent(req, read.body);
+    if (!event) answer(apiGatewayLimits.tooLarge);
+    else if (apiGatewayLimits.payloadRefused(event, read.body.length)) answer(apiGatewayLimits.integrationFailure);
+    else {
+      // API Gateway answers 504 at its integration time-out; the function runs on, as Lambda's would.
+      const invocation = (fn.handler as ApiHandler)(event, lambdaContext(fn.functionName, fn.timeoutMs));
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), h.restIntegrationTimeoutMs ?? apiGatewayLimits.integrationTimeoutMs);
+      });
+      const result = await Promise.race([invocation, timedOut]).finally(() => clearTimeout(timer));
+      if (!result) {
+        answer(apiGatewayLimits.timedOut);
+        await invocation.catch(() => undefined);
+      } else {
+        res.writeHead(result.statusCode, result.headers as Record<string, string>);
+        res.end(result.isBase64Encoded ? Buffer.from(result.body, 'base64') : result.body);
+      }
+    }
   } else {
     // No function serves HTTP here but the health check (a manifest without a URL or REST function).
     res.writeHead(404, { 'content-type': 'application/json' });

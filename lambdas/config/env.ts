@@ -110,6 +110,13 @@ const EnvSchema = z.object({
     .int()
     .min(60)
     .default(7 * 24 * 3600),
+  /**
+   * The function's credentials, which Lambda sets from its role. Read only to sign calls to a local endpoint (the
+   * *_ENDPOINT variables): the local runtime gives each function an access key of its own, by which its local IAM
+   * knows the caller (docs/local.md, "As strict as AWS"). Against AWS the SDK's own credential chain is used.
+   */
+  AWS_ACCESS_KEY_ID: z.string().min(1).default('local'),
+  AWS_SECRET_ACCESS_KEY: z.string().min(1).default('local'),
   /** `1` lets outbound calls reach loopback: tests and the local runtime only, never the stack (contract.md). */
   ALLOW_LOOPBACK_URLS: z
     .string()
@@ -121,3 +128,9 @@ export type Env = z.infer<typeof EnvSchema>;
 
 /** Parsed once per instance; tests and the local runtime change the environment and call resetInstanceState(). */
 export const env = instanceValue((): Env => EnvSchema.parse(process.env));
+
+/** The credentials a client signs with when it talks to a local endpoint instead of AWS (AWS_ACCESS_KEY_ID above). */
+export function localEndpointCredentials(): { accessKeyId: string; secretAccessKey: string } {
+  const { AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY } = env();
+  return { accessKeyId: AWS_ACCESS_KEY_ID, secretAccessKey: AWS_SECRET_ACCESS_KEY };
+}

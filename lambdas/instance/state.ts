@@ -6,6 +6,19 @@
  */
 const resets = new Set<() => void>();
 
+/**
+ * Which instance the running code belongs to. A Lambda process is one instance of one function, so in AWS there is one
+ * key (undefined). The local runtime runs every function of the manifest in one process and says which one an
+ * invocation belongs to (bin/local/instances.ts), so each function keeps its own clients, caches and parsed
+ * environment — its own grants — as its Lambda would (docs/local.md, "As strict as AWS").
+ */
+let currentInstance: () => string | undefined = () => undefined;
+
+/** Set by the local runtime only; `undefined` goes back to one instance per process. */
+export function setInstanceResolver(resolve: (() => string | undefined) | undefined): void {
+  currentInstance = resolve ?? (() => undefined);
+}
+
 export interface InstanceValue<T> {
   /** The value, created on first use after start or after a reset. */
   (): T;
@@ -18,23 +31,26 @@ export interface InstanceValue<T> {
  * read (a secret, a key file) is retried on the next use instead of being remembered.
  */
 export function instanceValue<T>(create: () => T, dispose?: (value: T) => void): InstanceValue<T> {
-  let holder: { value: T } | undefined;
+  const holders = new Map<string | undefined, { value: T }>();
   const get = (() => {
+    const key = currentInstance();
+    let holder = holders.get(key);
     if (!holder) {
       const value = create();
       const current = { value };
       holder = current;
+      holders.set(key, current);
       if (value instanceof Promise) {
         value.catch(() => {
-          if (holder === current) holder = undefined;
+          if (holders.get(key) === current) holders.delete(key);
         });
       }
     }
     return holder.value;
   }) as InstanceValue<T>;
   get.reset = () => {
-    if (holder && dispose) dispose(holder.value);
-    holder = undefined;
+    if (dispose) for (const holder of holders.values()) dispose(holder.value);
+    holders.clear();
   };
   resets.add(get.reset);
   return get;

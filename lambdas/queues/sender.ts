@@ -1,5 +1,5 @@
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { env } from '../config/env.ts';
+import { env, localEndpointCredentials } from '../config/env.ts';
 import { SQS_MAX_DELAY_SECONDS } from '../config/timing.ts';
 import { instanceValue } from '../instance/state.ts';
 import { queueSpec, type QueueName } from '../store/queues.ts';
@@ -24,7 +24,7 @@ export const queueClient = instanceValue(
     const { SQS_ENDPOINT, AWS_REGION } = env();
     return new SQSClient({
       region: AWS_REGION,
-      ...(SQS_ENDPOINT ? { endpoint: SQS_ENDPOINT, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+      ...(SQS_ENDPOINT ? { endpoint: SQS_ENDPOINT, credentials: localEndpointCredentials() } : {}),
     });
   },
   (client) => client.destroy(),

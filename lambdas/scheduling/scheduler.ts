@@ -1,5 +1,5 @@
 import { CreateScheduleCommand, DeleteScheduleCommand, SchedulerClient } from '@aws-sdk/client-scheduler';
-import { env } from '../config/env.ts';
+import { env, localEndpointCredentials } from '../config/env.ts';
 import { instanceValue } from '../instance/state.ts';
 import { QUEUES, queueSpec, type QueueName } from '../store/queues.ts';
 
@@ -58,7 +58,7 @@ export class EventBridgeScheduler implements Scheduler {
   constructor(private readonly config: EventBridgeSchedulerConfig) {
     this.client = new SchedulerClient({
       region: config.region,
-      ...(config.endpoint ? { endpoint: config.endpoint, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+      ...(config.endpoint ? { endpoint: config.endpoint, credentials: localEndpointCredentials() } : {}),
     });
   }
 

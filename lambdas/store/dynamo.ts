@@ -1,13 +1,13 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { env } from '../config/env.ts';
+import { env, localEndpointCredentials } from '../config/env.ts';
 import { instanceValue } from '../instance/state.ts';
 
 function clientConfig(): DynamoDBClientConfig {
   const { DYNAMODB_ENDPOINT, AWS_REGION } = env();
   return {
     region: AWS_REGION,
-    ...(DYNAMODB_ENDPOINT ? { endpoint: DYNAMODB_ENDPOINT, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+    ...(DYNAMODB_ENDPOINT ? { endpoint: DYNAMODB_ENDPOINT, credentials: localEndpointCredentials() } : {}),
   };
 }
 

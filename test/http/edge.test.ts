@@ -128,7 +128,9 @@ describe('bounds on what a request can be', () => {
   const post = (body: string, headers: Record<string, string> = {}) =>
     fetch(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': token, 'content-type': 'application/json', ...headers }, body });
 
-  it(`a body over ${MAX_BODY_BYTES} bytes → 413 request_too_large, on both apps, charged nothing`, async () => {
+  // Over 6 MB, AWS refuses before the handler: Lambda's 413 on the function URL, API Gateway's 502 for an event Lambda
+  // cannot take (bin/local/limits.ts, test/local/strict.test.ts); the handlers' own 413 stays as the last line.
+  it(`a body over ${MAX_BODY_BYTES} bytes → AWS's refusal (function URL 413, REST 502), never the handler; charged nothing`, async () => {
     const prompt = 'x'.repeat(MAX_BODY_BYTES);
     const big = await gw.token({ user: 'big-body' });
     const res = await fetch(`${gw.url}/v1/messages`, {
@@ -137,10 +139,10 @@ describe('bounds on what a request can be', () => {
       body: JSON.stringify({ model: 'claude-sonnet-4-6', max_tokens: 5, messages: [{ role: 'user', content: prompt }] }),
     });
     expect(res.status).toBe(413);
-    expect(await res.json()).toEqual({ type: 'error', error: { type: 'request_too_large', message: 'Request body is 6.0 MB; the limit is 6 MB' } });
+    expect(await res.json()).toEqual({ Message: 'Request must be smaller than 6291456 bytes for the InvokeFunction operation' });
     const conjure = await fetch(`${gw.url}/usage`, { method: 'POST', body: `${prompt}yy` });
-    expect(conjure.status).toBe(413);
-    expect(await conjure.json()).toEqual({ error: 'request_too_large', message: 'Request body is 6.0 MB; the limit is 6 MB' });
+    expect(conjure.status).toBe(502);
+    expect(await conjure.json()).toEqual({ message: 'Internal server error' });
     const usage = await settledUsage({ projectId: gw.projectId, userId: 'big-body', budget: { ai: 1, compute: 1, window: 'day' } });
     expect(usage.used.ai).toBe(0);
     expect(usage.openHolds).toBe(0);

@@ -5,6 +5,7 @@ import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { startReceiver } from '../webhooks/receiver.ts';
 import { MODEL, vesselApi, type VesselRecord } from './incubate-client.ts';
 
 /**
@@ -77,6 +78,29 @@ describe('a waiting vessel is CANCELED at once', () => {
     await drained(gw, { quietMs: 3_000 });
     expect((await api.status(res.body.vesselId, token)).body).toEqual(canceled.body);
     expect(upstreamSaw(marker)).toBe(false);
+  });
+
+  it('PENDING with a callback: the canceled result is POSTed to it within seconds, by the REST function itself', async () => {
+    // The conjure function hands the callback to the webhook queue (its manifest entry grants the queue; the local
+    // runtime refuses a send the grants do not allow, as IAM would). Without it the callback would wait for the
+    // reconciler's re-drive (VESSEL_REDRIVE_AFTER_SECONDS, two minutes).
+    const receiver = await startReceiver();
+    try {
+      const token = await gw.token({ user: `c-callback-${++seq}` });
+      const res = await api.incubate({
+        message: 'Canceled with a callback',
+        idempotencyKey: key('callback'),
+        options: { token, model: MODEL },
+        ttl: 600,
+        callback: { url: receiver.url },
+      } as Parameters<typeof api.incubate>[0]);
+      expect(res.status).toBe(202);
+      expect((await api.cancel(res.body.vesselId, token)).status).toBe(200);
+      const [delivery] = await receiver.waitFor(1, 10_000);
+      expect(JSON.parse(delivery!.text)).toMatchObject({ vesselId: res.body.vesselId, status: 'CANCELED' });
+    } finally {
+      await receiver.close();
+    }
   });
 
   it('PENDING on a far schedule: CANCELED, and its schedule is removed from the scheduler', async () => {
