@@ -3,7 +3,7 @@ import { createServer, STATUS_CODES, type IncomingMessage, type Server, type Ser
 import type { Duplex } from 'node:stream';
 import type { Context } from 'aws-lambda';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
-import type { WebSocketLambdaEvent } from '../../lambdas/http/websocket.ts';
+import { MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, type WebSocketLambdaEvent } from '../../lambdas/http/websocket.ts';
 import { normalizePath } from '../../lambdas/http/path.ts';
 import { lambdaContext, readBody, splitTarget } from './events.ts';
 
@@ -12,14 +12,31 @@ import { lambdaContext, readBody, splitTarget } from './events.ts';
  * (MESSAGE) and $disconnect events API Gateway delivers to the one function whose manifest trigger is `websocket`,
  * and a stand-in of the API Gateway Management API (PostToConnection, DeleteConnection, GetConnection) lets that
  * function reach its clients through the real SDK (apiGatewayConnectionSender, WEBSOCKET_CALLBACK_URL).
+ *
+ * API Gateway's quotas hold here as in AWS (docs/ws.md, "Limits"), so what they would break breaks in tests too:
+ *
+ *   - a client message over 32 KB (MAX_FRAME_BYTES) closes the connection with 1009. API Gateway's quota is per
+ *     frame (32 KB), with 128 KB per message of several frames; `ws` bounds whole messages only, so this checks the
+ *     message against 32 KB: the same for clients that send a message as one frame (browsers, `ws`, most libraries),
+ *     stricter for a message fragmented into frames of 32 KB or less, which AWS accepts up to 128 KB;
+ *   - a connection with no data frame either way for 10 minutes is closed with 1001 "Going away", and any connection
+ *     after 2 hours (IDLE_TIMEOUT_MS, MAX_CONNECTION_MS; tests shorten them: LocalWebSocketOptions, or the
+ *     environment's LOCAL_WEBSOCKET_IDLE_MS and LOCAL_WEBSOCKET_MAX_CONNECTION_MS, read at each connection);
+ *   - PostToConnection refuses data over 128 KB (MAX_MESSAGE_BYTES) with 413 PayloadTooLargeException.
  */
 
 /** Where the local server accepts WebSocket upgrades. */
 export const WEBSOCKET_PATH = '/ws';
 /** The stage of the local WebSocket API: the events' `stage`, and the management endpoint's path. */
 export const WEBSOCKET_STAGE = 'local';
-/** API Gateway's limit on one frame (and one PostToConnection): 128 KiB. A bigger frame closes the connection (1009). */
-export const MAX_FRAME_BYTES = 128 * 1024;
+/** API Gateway's quotas on a frame (32 KB: a bigger one closes the connection with 1009) and on a message (128 KB). */
+export { MAX_FRAME_BYTES, MAX_MESSAGE_BYTES };
+/** API Gateway's idle connection timeout: 10 minutes without a data frame either way closes the connection. */
+export const IDLE_TIMEOUT_MS = 10 * 60 * 1000;
+/** API Gateway's maximum connection duration: 2 hours. */
+export const MAX_CONNECTION_MS = 2 * 60 * 60 * 1000;
+/** The close API Gateway makes when it ends a connection itself (idle, or at its 2 hours). */
+const GOING_AWAY = { code: 1001, reason: 'Going away' } as const;
 /** How long stop() waits for clients to answer the 1001 close before it cuts their sockets. */
 const CLOSE_GRACE_MS = 1000;
 /** How long stop() then waits for the invocations in flight ($disconnect above all). */
@@ -33,6 +50,23 @@ export interface WebSocketFunction {
   readonly timeoutMs: number;
 }
 
+/** Shorter timings for tests; each defaults to the environment's (LOCAL_WEBSOCKET_…), then to AWS's. */
+export interface LocalWebSocketOptions {
+  /** A connection with no data frame either way for this long is closed with 1001 (IDLE_TIMEOUT_MS). */
+  idleTimeoutMs?: number;
+  /** A connection is closed with 1001 this long after it opened (MAX_CONNECTION_MS). */
+  maxConnectionMs?: number;
+}
+
+/** A positive whole number of milliseconds from the environment, if it names one (else a clear error). */
+function envMs(name: string): number | undefined {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return undefined;
+  const ms = Number(raw);
+  if (!Number.isSafeInteger(ms) || ms <= 0) throw new RangeError(`${name} must be a positive whole number of milliseconds, got ${JSON.stringify(raw)}`);
+  return ms;
+}
+
 interface Connection {
   readonly id: string;
   readonly socket: WebSocket;
@@ -43,6 +77,10 @@ interface Connection {
   readonly domainName: string;
   /** The close this side started (DeleteConnection, stop): reported in $disconnect rather than the client's echo. */
   closedBy?: { code: number; reason: string };
+  /** Closes it after the idle timeout; restarted by every data frame either way. */
+  idle?: NodeJS.Timeout;
+  /** Closes it at the maximum connection duration. */
+  lifetime?: NodeJS.Timeout;
 }
 
 /** 11 random bytes in base64, the shape of API Gateway's connection and request ids (`L0SM9cOFvHcCIhw=`). */
@@ -112,8 +150,11 @@ function statusOf(result: unknown): { statusCode: number; body: string; headers:
 }
 
 export class LocalWebSockets {
+  constructor(private readonly options: LocalWebSocketOptions = {}) {}
+
   private readonly wss = new WebSocketServer({
     noServer: true,
+    // Whole messages: see the module's comment for how this stands to API Gateway's per-frame quota.
     maxPayload: MAX_FRAME_BYTES,
     // The subprotocol the $connect function chose (its Sec-WebSocket-Protocol response header), as API Gateway answers.
     handleProtocols: (_protocols, req) => this.protocols.get(req) ?? false,
@@ -171,6 +212,14 @@ export class LocalWebSockets {
   }
 
   private async connect(fn: WebSocketFunction, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    let timings: { idleMs: number; lifetimeMs: number };
+    try {
+      timings = this.timings();
+    } catch (err) {
+      console.error(`local WebSocket API: ${(err as Error).message}`);
+      answerUpgrade(socket, 500, JSON.stringify({ message: (err as Error).message }));
+      return;
+    }
     const now = Date.now();
     const id = apiGatewayId();
     const { query } = splitTarget(req.url);
@@ -226,7 +275,11 @@ export class LocalWebSockets {
         domainName,
       };
       this.connections.set(id, conn);
-      ws.on('message', (data, isBinary) => this.track(this.message(fn, conn, data, isBinary)));
+      this.startTimers(conn, timings);
+      ws.on('message', (data, isBinary) => {
+        conn.idle?.refresh();
+        this.track(this.message(fn, conn, data, isBinary));
+      });
       // A frame over maxPayload: `ws` closes with 1009 and reports it here; the close that follows is the disconnect.
       ws.on('error', (err) => {
         // `ws` has sent the close frame (1009 for a frame over maxPayload, 1002/1007 for a protocol error) and stops
@@ -235,10 +288,26 @@ export class LocalWebSockets {
         console.error(`${fn.functionName}: WebSocket ${id} closed on error: ${err.message}`);
       });
       ws.once('close', (code, reason) => {
+        clearTimeout(conn.idle);
+        clearTimeout(conn.lifetime);
         this.connections.delete(id);
         this.track(this.disconnect(fn, conn, conn.closedBy?.code ?? code, conn.closedBy?.reason ?? reason.toString('utf8')));
       });
     });
+  }
+
+  /** The idle timeout and maximum duration of a new connection: the options', else the environment's, else AWS's. */
+  private timings(): { idleMs: number; lifetimeMs: number } {
+    return {
+      idleMs: this.options.idleTimeoutMs ?? envMs('LOCAL_WEBSOCKET_IDLE_MS') ?? IDLE_TIMEOUT_MS,
+      lifetimeMs: this.options.maxConnectionMs ?? envMs('LOCAL_WEBSOCKET_MAX_CONNECTION_MS') ?? MAX_CONNECTION_MS,
+    };
+  }
+
+  /** API Gateway's idle timeout and maximum duration, both closing with 1001 "Going away". */
+  private startTimers(conn: Connection, { idleMs, lifetimeMs }: { idleMs: number; lifetimeMs: number }): void {
+    conn.idle = setTimeout(() => this.close(conn, GOING_AWAY.code, GOING_AWAY.reason), idleMs).unref();
+    conn.lifetime = setTimeout(() => this.close(conn, GOING_AWAY.code, GOING_AWAY.reason), lifetimeMs).unref();
   }
 
   private async message(fn: WebSocketFunction, conn: Connection, data: RawData, isBinary: boolean): Promise<void> {
@@ -301,6 +370,7 @@ export class LocalWebSockets {
     };
   }
 
+  /** The one place the function is called ($connect, $default and $disconnect all come through here). */
   private invoke(fn: WebSocketFunction, event: WebSocketLambdaEvent): Promise<unknown> {
     return (fn.handler as WebSocketHandler)(event, lambdaContext(fn.functionName, fn.timeoutMs));
   }
@@ -339,7 +409,7 @@ export class LocalWebSockets {
       return reply(400, { message: 'Invalid connection id' }, 'BadRequestException');
     }
     // Read the body before answering, whatever the answer (a POST to a gone connection still sends its data).
-    const read = await readBody(req, MAX_FRAME_BYTES);
+    const read = await readBody(req, MAX_MESSAGE_BYTES);
     if (!read) return;
     const conn = this.connections.get(id);
     const open = conn && conn.socket.readyState === conn.socket.OPEN && !conn.closedBy;
@@ -348,7 +418,7 @@ export class LocalWebSockets {
       case 'POST': {
         // The rest of the upload is not read: the connection closes after the answer.
         if (read.truncated) res.shouldKeepAlive = false;
-        if (read.truncated) return reply(413, { message: `Message too long: at most ${MAX_FRAME_BYTES} bytes` }, 'PayloadTooLargeException');
+        if (read.truncated) return reply(413, { message: `Message too long: at most ${MAX_MESSAGE_BYTES} bytes` }, 'PayloadTooLargeException');
         if (!open) return gone();
         let text: string | undefined;
         try {
@@ -360,6 +430,7 @@ export class LocalWebSockets {
           if (text !== undefined) conn.socket.send(text, (err) => resolve(!err));
           else conn.socket.send(read.body, { binary: true }, (err) => resolve(!err));
         });
+        if (sent) conn.idle?.refresh();
         return sent ? reply(200) : gone();
       }
       case 'DELETE':

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { ApiGatewayManagementApiClient, DeleteConnectionCommand, PostToConnectionCommand } from '@aws-sdk/client-apigatewaymanagementapi';
 import type { APIGatewayEventWebsocketRequestContextV2, APIGatewayProxyStructuredResultV2, APIGatewayProxyWebsocketEventV2 } from 'aws-lambda';
 import { env } from '../config/env.ts';
@@ -98,9 +99,80 @@ export function webSocketResult(statusCode = 200, body?: string): APIGatewayProx
   return body === undefined ? { statusCode } : { statusCode, body };
 }
 
+/**
+ * API Gateway's quota on one WebSocket frame, 32 KB (docs/ws.md, "Limits"): a client frame over it closes the
+ * connection with 1009. Browsers and most libraries send a message as one frame, so it is in practice the limit on a
+ * client's message; a larger one goes as `part` frames (below).
+ */
+export const MAX_FRAME_BYTES = 32 * 1024;
+/**
+ * API Gateway's quota on one message, 128 KB: the most a client's message of several continuation frames may total,
+ * and the most one PostToConnection takes (a bigger one is refused with 413 PayloadTooLargeException).
+ */
+export const MAX_MESSAGE_BYTES = 128 * 1024;
+
+/**
+ * A slice of a message too large for one frame (docs/ws.md, "Large messages"): the `data` of parts 0…count-1 of one
+ * `id`, joined in index order, is the message's JSON text. Clients send them to the gateway, and the gateway sends
+ * its own frames over MAX_FRAME_BYTES to clients this way.
+ */
+export interface PartFrame {
+  type: 'part';
+  id: string;
+  index: number;
+  count: number;
+  data: string;
+}
+
+/** How many bytes a UTF-16 code unit (or a surrogate pair) takes once JSON.stringify has escaped it, as UTF-8. */
+function escapedBytes(text: string, i: number): { units: number; bytes: number } {
+  const c = text.charCodeAt(i);
+  if (c === 0x22 || c === 0x5c) return { units: 1, bytes: 2 };
+  if (c < 0x20) return { units: 1, bytes: c === 0x08 || c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d ? 2 : 6 };
+  if (c < 0x80) return { units: 1, bytes: 1 };
+  if (c < 0x800) return { units: 1, bytes: 2 };
+  if (c >= 0xd800 && c <= 0xdbff) {
+    const next = text.charCodeAt(i + 1);
+    // A pair is never cut between two parts; a lone surrogate is escaped (\udXXX).
+    return next >= 0xdc00 && next <= 0xdfff ? { units: 2, bytes: 4 } : { units: 1, bytes: 6 };
+  }
+  if (c >= 0xdc00 && c <= 0xdfff) return { units: 1, bytes: 6 };
+  return { units: 1, bytes: 3 };
+}
+
+/**
+ * `text` as `part` frames of `id`, each at most `maxBytes` of UTF-8 once encoded (JSON text, in order). A text that
+ * fits in one frame is one part.
+ */
+export function splitIntoParts(text: string, id: string, maxBytes = MAX_FRAME_BYTES): string[] {
+  // The envelope with room for any index and count this text can need (a part carries at least one code unit).
+  const envelope = Buffer.byteLength(JSON.stringify({ type: 'part', id, index: text.length, count: text.length, data: '' }));
+  const room = maxBytes - envelope;
+  if (room < 6) throw new RangeError(`A part of ${maxBytes} bytes has no room for data beside its envelope (id ${JSON.stringify(id)})`);
+  const slices: string[] = [];
+  let start = 0;
+  let bytes = 0;
+  for (let i = 0; i < text.length; ) {
+    const step = escapedBytes(text, i);
+    if (bytes + step.bytes > room) {
+      slices.push(text.slice(start, i));
+      start = i;
+      bytes = 0;
+    }
+    bytes += step.bytes;
+    i += step.units;
+  }
+  slices.push(text.slice(start));
+  return slices.map((data, index) => JSON.stringify({ type: 'part', id, index, count: slices.length, data } satisfies PartFrame));
+}
+
 /** The way back to WebSocket clients. */
 export interface ConnectionSender {
-  /** Sends one message; false when the connection is gone (the client left), so the caller can forget it. */
+  /**
+   * Sends one message; false when the connection is gone (the client left), so the caller can forget it. A text over
+   * MAX_FRAME_BYTES goes as `part` frames (splitIntoParts), so none is refused by PostToConnection nor arrives as a
+   * frame over API Gateway's quota.
+   */
   send(connectionId: string, data: string | Uint8Array): Promise<boolean>;
   /** Closes the connection; closing one that is already gone is not an error. */
   close(connectionId: string): Promise<void>;
@@ -135,10 +207,12 @@ function isGone(err: unknown): boolean {
 export function apiGatewayConnectionSender(endpoint: string): ConnectionSender {
   return {
     async send(connectionId, data) {
+      const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
+      // One PostToConnection per part, in order: a client joins them by id (docs/ws.md, "Large messages").
+      const posts =
+        typeof data === 'string' && bytes.byteLength > MAX_FRAME_BYTES ? splitIntoParts(data, randomUUID()).map((p) => new TextEncoder().encode(p)) : [bytes];
       try {
-        await managementClient(endpoint).send(
-          new PostToConnectionCommand({ ConnectionId: connectionId, Data: typeof data === 'string' ? new TextEncoder().encode(data) : data }),
-        );
+        for (const post of posts) await managementClient(endpoint).send(new PostToConnectionCommand({ ConnectionId: connectionId, Data: post }));
         return true;
       } catch (err) {
         if (isGone(err)) return false;

@@ -105,39 +105,71 @@ const ToolResult = z.object({
 
 const Interrupt = z.object({ type: z.literal('interrupt') });
 
-const FRAMES = { 'session.start': SessionStart, user: User, tool_result: ToolResult, interrupt: Interrupt } as const;
+/** The most parts one message may be sent in (docs/ws.md, "Large messages"). */
+export const MAX_PARTS = 64;
+/** A part's id: the client's name of its message, unique on the connection (it is part of the stored parts' keys). */
+const PART_ID = /^[A-Za-z0-9._:-]{1,64}$/;
 
-export type ClientFrame = z.infer<typeof SessionStart> | z.infer<typeof User> | z.infer<typeof ToolResult> | z.infer<typeof Interrupt>;
+/** A slice of a message over API Gateway's 32 KB frame (http/websocket.ts PartFrame; sessions/parts.ts joins them). */
+const Part = z
+  .object({
+    type: z.literal('part'),
+    id: z.string({ error: 'id is required and must be a string' }).regex(PART_ID, 'id is 1 to 64 characters among A-Z a-z 0-9 . _ : -'),
+    index: z.number({ error: 'index is required and must be a number' }).int('index must be a whole number').min(0, 'index must be 0 or more'),
+    count: z
+      .number({ error: 'count is required and must be a number' })
+      .int('count must be a whole number')
+      .min(1, 'count must be 1 or more')
+      .max(MAX_PARTS, `count is at most ${MAX_PARTS}: a message is sent in at most ${MAX_PARTS} parts`),
+    data: z.string({ error: 'data is required and must be a string' }),
+  })
+  .refine((p) => p.index < p.count, { message: 'index must be below count (parts are numbered from 0)', path: ['index'] });
+
+const FRAMES = { 'session.start': SessionStart, user: User, tool_result: ToolResult, interrupt: Interrupt, part: Part } as const;
+
+export type PartFrame = z.infer<typeof Part>;
+export type ClientFrame = z.infer<typeof SessionStart> | z.infer<typeof User> | z.infer<typeof ToolResult> | z.infer<typeof Interrupt> | PartFrame;
 export type ClientFrameType = keyof typeof FRAMES;
 
-/** A client's frame, or what is wrong with it (an `invalid_frame` error). */
-export function parseClientFrame(data: string | Uint8Array): { ok: true; frame: ClientFrame } | { ok: false; message: string } {
-  if (typeof data !== 'string') return { ok: false, message: 'Frames are JSON text; a binary frame was received' };
+/**
+ * A client's frame, or what is wrong with it: an `invalid_frame` error, or `invalid_part` for a `part` frame out of
+ * shape (with its `id` when it has a string one).
+ */
+export function parseClientFrame(
+  data: string | Uint8Array,
+): { ok: true; frame: ClientFrame } | { ok: false; message: string; code: 'invalid_frame' | 'invalid_part'; id?: string } {
+  const invalid = (message: string) => ({ ok: false as const, message, code: 'invalid_frame' as const });
+  if (typeof data !== 'string') return invalid('Frames are JSON text; a binary frame was received');
   let json: unknown;
   try {
     json = JSON.parse(data);
   } catch {
-    return { ok: false, message: 'The frame is not JSON' };
+    return invalid('The frame is not JSON');
   }
-  if (!json || typeof json !== 'object' || Array.isArray(json)) return { ok: false, message: 'A frame is a JSON object with a "type"' };
+  if (!json || typeof json !== 'object' || Array.isArray(json)) return invalid('A frame is a JSON object with a "type"');
   const type = (json as { type?: unknown }).type;
   const schema = typeof type === 'string' && Object.hasOwn(FRAMES, type) ? FRAMES[type as ClientFrameType] : undefined;
   if (!schema) {
-    return {
-      ok: false,
-      message: `Unknown frame type ${JSON.stringify(type ?? null)}: the client sends ${Object.keys(FRAMES)
+    return invalid(
+      `Unknown frame type ${JSON.stringify(type ?? null)}: the client sends ${Object.keys(FRAMES)
         .map((t) => `"${t}"`)
         .join(', ')}`,
-    };
+    );
   }
   const parsed = schema.safeParse(json);
-  if (!parsed.success) return { ok: false, message: `${type}: ${describeIssue(parsed.error)}` };
+  if (!parsed.success) {
+    if (type !== 'part') return invalid(`${type}: ${describeIssue(parsed.error)}`);
+    const id = (json as { id?: unknown }).id;
+    return { ok: false, message: `part: ${describeIssue(parsed.error)}`, code: 'invalid_part', ...(typeof id === 'string' ? { id } : {}) };
+  }
   return { ok: true, frame: parsed.data as ClientFrame };
 }
 
 /** The error codes of `error` frames other than refusals (docs/ws.md, "Errors"). */
 export type SessionErrorCode =
   | 'invalid_frame'
+  | 'invalid_part'
+  | 'message_too_large'
   | 'invalid_request'
   | 'session_not_found'
   | 'no_session'

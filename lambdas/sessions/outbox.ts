@@ -2,8 +2,11 @@ import type { ConnectionSender } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { encodeFrame, type ServerFrame } from './frames.ts';
 
-/** Text deltas joined into one frame stay below this, well inside API Gateway's 128 KiB per message. */
-const MAX_COALESCED_TEXT = 32 * 1024;
+/**
+ * Text deltas joined into one frame stay below this, so that a joined frame usually fits in API Gateway's 32 KB frame
+ * (a bigger one is still sent, as `part` frames: http/websocket.ts).
+ */
+const MAX_COALESCED_TEXT = 24 * 1024;
 
 /**
  * The frames of one turn to its connection, in order, one PostToConnection at a time. While one is being posted, the

@@ -35,6 +35,7 @@ import {
   touchConnection,
 } from './store.ts';
 import { endPausedTurn } from './paused.ts';
+import { receivePart } from './parts.ts';
 
 /**
  * The /ws function (docs/ws.md): API Gateway's $connect, $default and $disconnect, already translated
@@ -104,7 +105,9 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
   const reply = async (frame: ServerFrame) => {
     await sender.send(event.connectionId, encodeFrame(frame));
   };
-  const touched = await touchConnection(event.connectionId);
+  // Parsed first (no I/O): a part costs an eighth of a frame of the rate limit.
+  const parsed = parseClientFrame(event.data);
+  const touched = await touchConnection(event.connectionId, undefined, parsed.ok && parsed.frame.type === 'part' ? 'part' : 'frame');
   if (touched.kind === 'unknown') {
     // A connection this function never accepted (or already forgot): nothing can be done for it.
     await reply(errorFrame('no_session', 'This connection is not known to the gateway: connect again'));
@@ -122,23 +125,67 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
     await sender.close(event.connectionId);
     return;
   }
-  const parsed = parseClientFrame(event.data);
   if (!parsed.ok) {
-    await reply(errorFrame('invalid_frame', parsed.message));
+    await reply(errorFrame(parsed.code, parsed.message, parsed.id === undefined ? {} : { id: parsed.id }));
     return;
   }
   const ctx: FrameContext = { connectionId: event.connectionId, callbackUrl: event.callbackUrl, connection, reply, deps };
+  let frame = parsed.frame;
   try {
-    await handleFrame(parsed.frame, ctx);
+    if (frame.type === 'part') {
+      const joined = await joinedFrame(frame, ctx);
+      if (!joined) return;
+      frame = joined;
+    }
+    await handleFrame(frame, ctx);
   } catch (err) {
     if (err instanceof SessionTooLarge) return reply(errorFrame('session_too_large', err.message));
+    if (isItemTooLarge(err)) {
+      return reply(
+        errorFrame(
+          'session_too_large',
+          'The session cannot hold this frame beside its conversation (a session is stored in one DynamoDB item of at most 400 KB): send less, or start a new session',
+        ),
+      );
+    }
     if (err instanceof Refused) return reply(conjureRefusalFrame(err.refusal));
-    logger.error('a /ws frame failed', { error: err as Error, connectionId: event.connectionId, frameType: parsed.frame.type });
+    logger.error('a /ws frame failed', { error: err as Error, connectionId: event.connectionId, frameType: frame.type });
     await reply(errorFrame('internal_error', 'The gateway failed to handle this frame'));
   }
 }
 
-async function handleFrame(frame: ClientFrame, ctx: FrameContext): Promise<void> {
+/** DynamoDB's refusal of an item over 400 KB (a session with a large message or tool result beside a long conversation). */
+function isItemTooLarge(err: unknown): boolean {
+  const e = err as { name?: string; message?: string } | undefined;
+  return e?.name === 'ValidationException' && /item size/i.test(e.message ?? '');
+}
+
+/**
+ * A `part` is stored (sessions/parts.ts); the last one of its message answers the joined message as a frame, handled
+ * as if it had come whole. Refusals are told; a repeated part, or one of a message still incomplete, is not answered.
+ */
+async function joinedFrame(part: Extract<ClientFrame, { type: 'part' }>, ctx: FrameContext): Promise<Exclude<ClientFrame, { type: 'part' }> | undefined> {
+  const outcome = await receivePart(ctx.connectionId, part);
+  switch (outcome.kind) {
+    case 'pending':
+    case 'repeated':
+      return undefined;
+    case 'refused':
+      await ctx.reply(errorFrame(outcome.error, outcome.message, { id: part.id }));
+      return undefined;
+    case 'joined': {
+      const inner = parseClientFrame(outcome.text);
+      if (!inner.ok || inner.frame.type === 'part') {
+        const why = inner.ok ? 'a message sent in parts is not itself a "part"' : inner.message;
+        await ctx.reply(errorFrame('invalid_frame', `The message joined from the parts of "${part.id}": ${why}`, { id: part.id }));
+        return undefined;
+      }
+      return inner.frame;
+    }
+  }
+}
+
+async function handleFrame(frame: Exclude<ClientFrame, { type: 'part' }>, ctx: FrameContext): Promise<void> {
   if (frame.type === 'session.start') return startSession(frame, ctx);
   const session = ctx.connection.sessionId ? await ownSession(ctx.connection.sessionId, ctx.connection.caller) : undefined;
   if (!session) return ctx.reply(errorFrame('no_session', 'Send "session.start" first (and wait for its "session" frame)'));

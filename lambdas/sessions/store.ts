@@ -351,13 +351,23 @@ export async function putConnection(connectionId: string, caller: Caller, now = 
 export type Touched = { kind: 'ok'; connection: ConnectionRecord } | { kind: 'rate_limited' } | { kind: 'unknown' };
 
 /**
- * A frame arrived on the connection: counts it in the current second (at most SESSION_FRAMES_PER_SECOND) and pushes
- * the idle deadline — one write per frame, which also reads the connection.
+ * What a frame costs of SESSION_FRAMES_PER_SECOND, in eighths: a frame a whole one, a `part` an eighth (docs/ws.md,
+ * "Limits"). A message sent in parts is thus not refused for its size (256 KiB in 32 KB parts is about one frame's
+ * worth), while a flood of parts is still bounded: at most 8 × SESSION_FRAMES_PER_SECOND a second.
  */
-export async function touchConnection(connectionId: string, now = clock.now()): Promise<Touched> {
+export const PARTS_PER_FRAME = 8;
+export type FrameCost = 'frame' | 'part';
+
+/**
+ * A frame arrived on the connection: counts it in the current second (at most SESSION_FRAMES_PER_SECOND frames, a
+ * part an eighth of one: `rateCount` is in eighths) and pushes the idle deadline — one write per frame, which also
+ * reads the connection.
+ */
+export async function touchConnection(connectionId: string, now = clock.now(), cost: FrameCost = 'frame'): Promise<Touched> {
   const window = Math.floor(now / 1000);
   const { SESSION_FRAMES_PER_SECOND: max, SESSION_IDLE_SECONDS: idle } = env();
-  const common = { ':now': now, ':sweepAt': now + idle * 1000, ':w': window };
+  const units = cost === 'frame' ? PARTS_PER_FRAME : 1;
+  const common = { ':now': now, ':sweepAt': now + idle * 1000, ':w': window, ':units': units };
   /** No connection, or one being forgotten: the frame is as good as after its delete. */
   const gone = (seen: StoredItem | undefined) => !seen || seen.closedAt !== undefined;
   for (let attempt = 0; attempt < 2; attempt++) {
@@ -365,9 +375,9 @@ export async function touchConnection(connectionId: string, now = clock.now()): 
     const same = await conditionalUpdate({
       TableName: table(),
       Key: connectionKey(connectionId),
-      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt ADD rateCount :one',
-      ConditionExpression: `${OPEN} AND rateWindow = :w AND rateCount < :max`,
-      ExpressionAttributeValues: { ...common, ':one': 1, ':max': max },
+      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt ADD rateCount :units',
+      ConditionExpression: `${OPEN} AND rateWindow = :w AND rateCount <= :room`,
+      ExpressionAttributeValues: { ...common, ':room': max * PARTS_PER_FRAME - units },
       ReturnValues: 'ALL_NEW',
     });
     if (same.ok) return { kind: 'ok', connection: connectionFromItem(same.attributes!) };
@@ -377,9 +387,9 @@ export async function touchConnection(connectionId: string, now = clock.now()): 
     const fresh = await conditionalUpdate({
       TableName: table(),
       Key: connectionKey(connectionId),
-      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt, rateWindow = :w, rateCount = :one',
+      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt, rateWindow = :w, rateCount = :units',
       ConditionExpression: `${OPEN} AND rateWindow < :w`,
-      ExpressionAttributeValues: { ...common, ':one': 1 },
+      ExpressionAttributeValues: common,
       ReturnValues: 'ALL_NEW',
     });
     if (fresh.ok) return { kind: 'ok', connection: connectionFromItem(fresh.attributes!) };

@@ -7,10 +7,12 @@
  *      (session.start new or resumed, with valid and invalid options; user with simulator directives — words, short
  *      delays, calls of the declared client tools; tool_result for pending, answered, unknown and missing ids with odd
  *      content; interrupt) and malformed ones (not JSON, arrays, numbers, null, unknown types, wrong field types,
- *      deep nesting, strings up to just under 128 KiB, unicode, binary frames). Checked:
+ *      deep nesting, strings up to just under 128 KiB, unicode, binary frames); a frame over API Gateway's 32 KB
+ *      frame is sent as `part` frames, the documented way (docs/ws.md, "Large messages"). Checked:
  *        - every frame the gateway sends is a JSON object whose `type` is session/assistant/tool_use/tool_result/
- *          result/error, in its documented shape; every `error` carries a documented code (docs/ws.md "Errors", the
- *          admission refusals) and never `internal_error`;
+ *          result/error, in its documented shape, or a `part` of 32 KB at most, the parts of one id joining to such
+ *          a frame; every `error` carries a documented code (docs/ws.md "Errors", the admission refusals) and never
+ *          `internal_error`;
  *        - the connection stays open;
  *        - afterwards the session still works: anything in flight interrupted, pending client tools answered or
  *          interrupted (generated), a plain `user` turn ends with a `result`;
@@ -100,6 +102,8 @@ const ERROR_CODES = new Set([
   'rate_limited',
   'idle_timeout',
   'token_expired',
+  'invalid_part',
+  'message_too_large',
   'session_too_large',
   'turn_lost',
   'developer_budget_exhausted',
@@ -180,11 +184,17 @@ class FuzzSocket {
   private lastFrameAt = Date.now();
   private readonly waiters = new Set<() => void>();
 
+  /** The gateway's parts being joined, by id. */
+  private readonly joining = new Map<string, { count: number; slices: string[]; got: number }>();
+  private partIds = 0;
+
   private constructor(readonly socket: WebSocket) {
     socket.on('message', (data, isBinary) => {
       receivedFrames++;
       const raw = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as Buffer);
-      const { frame, problem } = frameProblem(isBinary ? raw : raw.toString('utf8'), isBinary);
+      const joined = isBinary ? { text: raw } : this.join(raw);
+      if ('problem' in joined) this.problems.push(joined.problem);
+      const { frame, problem } = 'text' in joined ? frameProblem(joined.text, isBinary) : {};
       if (problem) this.problems.push(problem);
       if (frame) {
         this.frames.push(frame);
@@ -218,6 +228,52 @@ class FuzzSocket {
 
   get open(): boolean {
     return this.socket.readyState === WebSocket.OPEN;
+  }
+
+  /**
+   * A text frame of the gateway as it came: a whole frame's text, or a `part` (32 KB at most, in shape) joined with
+   * the others of its id — the whole frame's text once the last is in, else nothing yet.
+   */
+  private join(raw: Buffer): { text: string } | { problem: string } | { pending: true } {
+    const text = raw.toString('utf8');
+    if (raw.length > MAX_FRAME) return { problem: `a frame of ${raw.length} bytes, over 32 KB: ${short(text)}` };
+    let part: unknown;
+    try {
+      part = JSON.parse(text);
+    } catch {
+      return { text };
+    }
+    if (!part || typeof part !== 'object' || (part as { type?: unknown }).type !== 'part') return { text };
+    const { id, index, count: parts, data } = part as { id: unknown; index: unknown; count: unknown; data: unknown };
+    if (typeof id !== 'string' || !Number.isInteger(parts) || !Number.isInteger(index) || typeof data !== 'string')
+      return { problem: `a part out of shape: ${short(text)}` };
+    const m = this.joining.get(id) ?? { count: parts as number, slices: [], got: 0 };
+    this.joining.set(id, m);
+    if (m.count !== parts || (index as number) < 0 || (index as number) >= m.count || m.slices[index as number] !== undefined) {
+      return { problem: `a part that does not fit its id's others: ${short(text)}` };
+    }
+    m.slices[index as number] = data;
+    m.got++;
+    if (m.got < m.count) return { pending: true };
+    this.joining.delete(id);
+    count('frame received as parts');
+    return { text: m.slices.join('') };
+  }
+
+  /** A client's frame: as it is, or as `part` frames when over 32 KB (docs/ws.md, "Large messages"). */
+  sendText(text: string): void {
+    if (Buffer.byteLength(text) <= MAX_FRAME) {
+      this.send(text);
+      return;
+    }
+    const id = `fz-${++this.partIds}`;
+    const size = 10_000;
+    const parts = Math.ceil(text.length / size);
+    count('frame sent as parts');
+    this.log.push(`→ (the next ${parts} frames are the parts of ${id})`);
+    for (let index = 0; index < parts; index++) {
+      this.send(JSON.stringify({ type: 'part', id, index, count: parts, data: text.slice(index * size, (index + 1) * size) }));
+    }
   }
 
   send(data: string | Buffer, binary = false): void {
@@ -489,8 +545,10 @@ const contentArb: fc.Arbitrary<unknown> = fc.oneof(
   },
 );
 
-/** API Gateway's (and the local server's) limit on one frame: nothing generated reaches it. */
-const MAX_FRAME = 128 * 1024;
+/** API Gateway's (and the local server's) limit on one message of several frames: nothing generated reaches it. */
+const MAX_MESSAGE = 128 * 1024;
+/** API Gateway's limit on one frame: a bigger generated frame is sent as parts (FuzzSocket.sendText). */
+const MAX_FRAME = 32 * 1024;
 
 /** A tool_use id: one the client was asked for and has not answered since the last result, any seen, or made up. */
 type IdRef = { ref: 'pending'; index: number } | { ref: 'seen'; index: number } | { ref: 'literal'; id: string };
@@ -629,7 +687,7 @@ const rawStep: fc.Arbitrary<Step> = fc.oneof(
       };
       // As deep as asked, or as deep as fits in one frame.
       let depth = wanted;
-      while (Buffer.byteLength(frame(depth)) >= MAX_FRAME) depth = Math.floor(depth * 0.9);
+      while (Buffer.byteLength(frame(depth)) >= MAX_MESSAGE) depth = Math.floor(depth * 0.9);
       return { kind: 'raw', data: frame(depth), binary: false };
     }),
   // Huge frames just under the 128 KiB limit: not JSON, an unknown type, a huge unknown field.
@@ -698,8 +756,8 @@ async function perform(c: FuzzSocket, step: Step): Promise<void> {
   const toolIds = () => [...new Set(c.frames.filter((f) => f.type === 'tool_use' && f.subtype === 'client').map((f) => f.id as string))];
   const sendJson = (frame: Record<string, unknown>) => {
     const text = JSON.stringify(frame);
-    if (Buffer.byteLength(text) >= MAX_FRAME) throw new Error(`the fuzz built a frame over 128 KiB (${Buffer.byteLength(text)} bytes): fix the generator`);
-    c.send(text);
+    if (Buffer.byteLength(text) >= MAX_MESSAGE) throw new Error(`the fuzz built a frame over 128 KiB (${Buffer.byteLength(text)} bytes): fix the generator`);
+    c.sendText(text);
   };
   count(`step ${step.kind}`);
   switch (step.kind) {
@@ -743,8 +801,9 @@ async function perform(c: FuzzSocket, step: Step): Promise<void> {
       return;
     case 'raw': {
       const bytes = step.binary ? Buffer.from(step.data, 'latin1') : Buffer.from(step.data, 'utf8');
-      if (bytes.length >= MAX_FRAME) throw new Error(`the fuzz built a frame over 128 KiB (${bytes.length} bytes): fix the generator`);
-      c.send(step.binary ? bytes : step.data, step.binary);
+      if (bytes.length >= MAX_MESSAGE) throw new Error(`the fuzz built a frame over 128 KiB (${bytes.length} bytes): fix the generator`);
+      if (step.binary) c.send(bytes, true);
+      else c.sendText(step.data);
       return;
     }
     case 'pause':

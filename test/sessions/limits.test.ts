@@ -88,13 +88,19 @@ describe('frames per second', () => {
 });
 
 describe('frame size', () => {
-  it('a frame just under 128 KiB is read; one over it closes the connection with 1009', async () => {
+  it("a frame of 32 KiB is read; one byte more closes the connection with 1009 (API Gateway's frame quota)", async () => {
+    expect(MAX_FRAME_BYTES).toBe(32_768);
     const { client } = await openSession(newUser());
-    client.send(JSON.stringify({ type: 'no-such-frame', pad: 'x'.repeat(MAX_FRAME_BYTES - 100) }));
+    const head = JSON.stringify({ type: 'no-such-frame', pad: '' });
+    const fits = JSON.stringify({ type: 'no-such-frame', pad: 'x'.repeat(MAX_FRAME_BYTES - Buffer.byteLength(head)) });
+    expect(Buffer.byteLength(fits)).toBe(MAX_FRAME_BYTES);
+    client.send(fits);
     expect(await client.next()).toMatchObject({ type: 'error', error: 'invalid_frame' });
     expect(client.socket.readyState).toBe(client.socket.OPEN);
 
-    client.send({ type: 'user', message: 'x'.repeat(MAX_FRAME_BYTES + 1) });
+    const user = JSON.stringify({ type: 'user', message: 'x'.repeat(MAX_FRAME_BYTES - Buffer.byteLength('{"type":"user","message":""}') + 1) });
+    expect(Buffer.byteLength(user)).toBe(MAX_FRAME_BYTES + 1);
+    client.send(user);
     const closed = await client.closed;
     expect(closed.code).toBe(1009);
     // The oversized frame never reached the handler: no turn was started (nothing running, nothing due for 200 ms).

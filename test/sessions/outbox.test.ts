@@ -130,7 +130,7 @@ describe('FrameOutbox', () => {
     ).toBe('Hello, worldafter the call');
   });
 
-  it('a joined frame stays below 32 KiB of text: a delta that would pass it starts a new frame', async () => {
+  it('a joined frame stays below 24 KiB of text: a delta that would pass it starts a new frame', async () => {
     const { sender, posted, complete } = manualSender();
     const outbox = new FrameOutbox(sender, 'c');
     const big = 'x'.repeat(20 * 1024);
