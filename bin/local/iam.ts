@@ -168,10 +168,8 @@ export async function startLocalIam(opts: LocalIamOptions): Promise<LocalIam> {
         });
       },
     );
-    forward.on('error', (err) => {
-      if (!res.headersSent) res.writeHead(502, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ message: `local IAM could not reach ${service}: ${err.message}` }));
-    });
+    // The service could not be reached: the caller's connection fails as its own would have, not with an answer.
+    forward.on('error', () => res.destroy());
     forward.end(raw);
   };
 

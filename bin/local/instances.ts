@@ -141,3 +141,23 @@ export function installInstances(): () => void {
 export function invokeAs<T>(functionId: string, environment: Readonly<Record<string, string | undefined>>, trace: string, call: () => T): T {
   return invocations.run({ functionId, env: { ...environment, _X_AMZN_TRACE_ID: trace } }, call);
 }
+
+/** The environments of the functions of the running gateways, by function id (registerFunctions()). */
+const registered = new Map<string, Readonly<Record<string, string | undefined>>>();
+
+/** Makes a gateway's functions known to inEveryInstance(); undone by the returned function. */
+export function registerFunctions(environments: ReadonlyMap<string, Readonly<Record<string, string | undefined>>>): () => void {
+  for (const [id, environment] of environments) registered.set(id, environment);
+  return () => {
+    for (const [id, environment] of environments) if (registered.get(id) === environment) registered.delete(id);
+  };
+}
+
+/**
+ * Runs `call` once outside any function and once as each function of the running gateways: for a test that reaches
+ * into instance state (a step added to an SDK client's middleware, say), which every function now holds its own of.
+ */
+export function inEveryInstance(call: () => void): void {
+  call();
+  for (const [id, environment] of registered) invokeAs(id, environment, 'Root=1-00000000-000000000000000000000000', call);
+}

@@ -26,7 +26,7 @@ import { installAwsLambdaShim, isStreamingHandler, LocalResponseStream, STREAMIN
 import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts';
 import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, scheduledEvent, splitTarget } from './events.ts';
 import { startLocalIam, type LocalIam } from './iam.ts';
-import { functionEnvironment, installInstances, invokeAs } from './instances.ts';
+import { functionEnvironment, installInstances, invokeAs, registerFunctions } from './instances.ts';
 import { apiGatewayLimits, functionUrlPayloadRefusal } from './limits.ts';
 import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type PollerActivity, type SqsHandler } from './queues.ts';
 import { chainInvocations, invocationTraceHeader, MAX_CHAIN_INVOCATIONS, newTraceHeader } from './recursion.ts';
@@ -417,8 +417,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     // its calls to DynamoDB and SQS checked against its grants (docs/local.md, "As strict as AWS").
     const iam: LocalIam = await startLocalIam({
       functions: served.map((f) => ({ spec: f.spec, functionName: f.functionName })),
-      dynamoEndpoint,
-      sqsEndpoint: queues.endpoint,
+      // Where the environment sends them (a test may put a relay of its own in between).
+      dynamoEndpoint: process.env.DYNAMODB_ENDPOINT ?? dynamoEndpoint,
+      sqsEndpoint: process.env.SQS_ENDPOINT ?? queues.endpoint,
       tables,
       queues: Object.fromEntries(
         QUEUES.map((q) => [q.name, { url: queues.urls[q.envVar], deadLetterUrl: queues.deadLetterUrls[q.deadLetterEnvVar] }]),
@@ -429,7 +430,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     const environments = new Map(
       served.map((f) => [f.id, functionEnvironment(f.spec, f.functionName, processEnvironment, { dynamo: iam.dynamoEndpoint, sqs: iam.sqsEndpoint })]),
     );
-    cleanups.push(installInstances());
+    cleanups.push(installInstances(), registerFunctions(environments));
     const recursion = { stopped: 0 };
 
     // Handlers are loaded only now: middy reads the awslambda globals and the handlers read the environment at load.

@@ -362,9 +362,11 @@ describe('proxy limits and edge cases', () => {
     return Buffer.from(head + 'p'.repeat(bytes - head.length - tail.length) + tail);
   }
 
-  it('a body of exactly the limit is served; one byte more is 413 request_too_large', async () => {
+  // A function URL takes an event of at most 6 MB (the body with the event around it): a body that fits is served, one
+  // over it gets Lambda's own 413 before the handler runs, as in AWS (bin/local/limits.ts, docs/local.md).
+  it('a body whose event fits 6 MB is served; one byte over the body limit is 413 from Lambda', async () => {
     const max = ctx.limits.maxBodyBytes;
-    await post('/v1/messages', paddedBody(max));
+    await post('/v1/messages', paddedBody(max - 64 * 1024));
     await oversized('6 MB + 1 byte with content-length', paddedBody(max + 1), false);
   }, 60_000);
 
@@ -385,8 +387,7 @@ describe('proxy limits and edge cases', () => {
       own.close();
     }
     expect(res.status, `${label}: ${res.text.slice(0, 300)}`).toBe(413);
-    expect(JSON.parse(res.text), label).toMatchObject({ type: 'error', error: { type: 'request_too_large' } });
-    expect(res.headers['request-id'], label).toMatch(/^req_gw_[0-9a-f]{24}$/);
+    expect(JSON.parse(res.text), label).toEqual({ Message: 'Request must be smaller than 6291456 bytes for the InvokeFunction operation' });
   }
 
   // The next three repeat their upload because the failures they catch are races (seen in 1 of 3 to 1 of 4 tries).

@@ -1,4 +1,5 @@
 import type { PutItemCommandInput, UpdateItemCommandInput } from '@aws-sdk/client-dynamodb';
+import { inEveryInstance } from '../../bin/local/instances.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { writeClient } from '../../lambdas/store/dynamo.ts';
 
@@ -22,27 +23,30 @@ export interface AnswerLoss {
  * is a retryable network error (ECONNRESET), so the SDK sends the same request again, which then meets the first
  * send's result. The step sits inside the SDK's retry loop (the deserialize step).
  *
- * The write client is built again first (instance state reset), since it resolves its middleware once per command
+ * The write clients are built again first (instance state reset), since each resolves its middleware once per command
  * class on first use: call this before the traffic it concerns, when nothing is in flight.
  */
 export function loseAnswers(): AnswerLoss {
   const rules: { name: string; match: (input: WriteInput) => boolean; between?: () => Promise<unknown> }[] = [];
   const lost: string[] = [];
   resetInstanceState();
-  writeClient().middlewareStack.add(
-    (next) => async (args) => {
-      const out = await next(args);
-      const input = args.input as WriteInput;
-      const index = rules.findIndex((r) => r.match(input));
-      if (index >= 0) {
-        const [rule] = rules.splice(index, 1);
-        lost.push(rule!.name);
-        await rule!.between?.();
-        throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
-      }
-      return out;
-    },
-    { step: 'deserialize', name: 'loseAnswers', priority: 'high' },
+  // Every function of a running gateway has a write client of its own (bin/local/instances.ts), and so does the test.
+  inEveryInstance(() =>
+    writeClient().middlewareStack.add(
+      (next) => async (args) => {
+        const out = await next(args);
+        const input = args.input as WriteInput;
+        const index = rules.findIndex((r) => r.match(input));
+        if (index >= 0) {
+          const [rule] = rules.splice(index, 1);
+          lost.push(rule!.name);
+          await rule!.between?.();
+          throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+        }
+        return out;
+      },
+      { step: 'deserialize', name: 'loseAnswers', priority: 'high' },
+    ),
   );
   return {
     loseNext: (name, match, between) => void rules.push({ name, match, ...(between ? { between } : {}) }),
