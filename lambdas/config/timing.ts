@@ -166,6 +166,14 @@ export const BUSY_RETRY_AFTER_SECONDS = 1;
 
 // ——— Retention (DynamoDB's TTL) ———
 
+/**
+ * How long the parts of a message are kept after its latest part arrived: a message whose parts stop coming is
+ * dropped after this (the table's TTL deletes the items; a part finding its message expired starts it anew). Five
+ * minutes, SESSION_IDLE_SECONDS's default: a client that sends nothing for that long is closed anyway (docs/ws.md,
+ * "Large messages").
+ */
+export const PARTS_TTL_SECONDS = 300;
+
 /** Idempotency keys, and ended vessels, are kept this long (docs/incubate.md, "Retention": 30 days). */
 export const VESSEL_RETENTION_SECONDS = 30 * DAY_SECONDS;
 /**

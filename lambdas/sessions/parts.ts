@@ -6,6 +6,7 @@ import { logger } from '../observability/logger.ts';
 import { conditionalPut, conditionalUpdate, type StoredItem } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import type { PartFrame } from './frames.ts';
+import { PARTS_TTL_SECONDS } from '../config/timing.ts';
 
 /**
  * A client's message over API Gateway's 32 KB frame, sent as `part` frames (docs/ws.md, "Large messages") and joined
@@ -23,13 +24,8 @@ import type { PartFrame } from './frames.ts';
  */
 
 /** The most bytes (UTF-8) a joined message may hold: a session item must hold it beside the conversation. */
+export { PARTS_TTL_SECONDS };
 export const MAX_JOINED_BYTES = 256 * 1024;
-/**
- * How long the parts of a message are kept after its latest part arrived: a message whose parts stop coming is
- * dropped after this (the table's TTL deletes the items; a part finding its message expired starts it anew). Five
- * minutes, SESSION_IDLE_SECONDS's default: a client that sends nothing for that long is closed anyway.
- */
-export const PARTS_TTL_SECONDS = 300;
 
 export type PartOutcome =
   /** Stored: the message waits for its other parts. */
