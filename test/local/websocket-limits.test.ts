@@ -7,7 +7,7 @@ import { IDLE_TIMEOUT_MS, MAX_CONNECTION_MS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES 
 import { startGateway, type RunningGateway } from '../../bin/local/runtime.ts';
 import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
 import { apiGatewayConnectionSender, splitIntoParts, type WebSocketLambdaEvent } from '../../lambdas/http/websocket.ts';
-import { webSocketEcho } from './fixtures/websocket-echo.ts';
+import { WEBSOCKET_ECHO_FUNCTION, webSocketEcho } from './fixtures/websocket-echo.ts';
 
 /**
  * API Gateway's WebSocket quotas in the local stand-in (bin/local/websocket.ts, docs/ws.md "Limits"): 32 KB a client
@@ -27,18 +27,7 @@ beforeAll(async () => {
     dynamoEndpoint: inject('dynamoEndpoint'),
     tablePrefix: 'wslimits',
     simulateUpstreams: true,
-    functions: [
-      ...FUNCTIONS.filter((f) => f.trigger.kind !== 'websocket'),
-      {
-        id: 'WebSocketEcho',
-        entry: 'test/local/fixtures/websocket-echo.ts',
-        description: 'echoes WebSocket messages',
-        memoryMb: 256,
-        timeoutSeconds: 29,
-        trigger: { kind: 'websocket' },
-        access: { tables: {}, providers: false, queues: [] },
-      },
-    ],
+    functions: [...FUNCTIONS.filter((f) => f.trigger.kind !== 'websocket'), WEBSOCKET_ECHO_FUNCTION],
   });
   management = new ApiGatewayManagementApiClient({ endpoint: gw.websocket!.managementEndpoint, region: 'us-east-1' });
 });

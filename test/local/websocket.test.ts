@@ -6,7 +6,7 @@ import { WebSocket, type RawData } from 'ws';
 import { startGateway, type RunningGateway } from '../../bin/local/runtime.ts';
 import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
 import { apiGatewayConnectionSender, type WebSocketLambdaEvent } from '../../lambdas/http/websocket.ts';
-import { webSocketEcho } from './fixtures/websocket-echo.ts';
+import { WEBSOCKET_ECHO_FUNCTION, webSocketEcho } from './fixtures/websocket-echo.ts';
 
 async function until(cond: () => boolean, timeoutMs = 8000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -86,18 +86,7 @@ describe('startGateway serves a websocket function at /ws', () => {
       tablePrefix: 'wsfn',
       simulateUpstreams: true,
       // The manifest's own websocket function (Sessions) makes way: the local server has one /ws.
-      functions: [
-        ...FUNCTIONS.filter((f) => f.trigger.kind !== 'websocket'),
-        {
-          id: 'WebSocketEcho',
-          entry: 'test/local/fixtures/websocket-echo.ts',
-          description: 'echoes WebSocket messages',
-          memoryMb: 256,
-          timeoutSeconds: 29,
-          trigger: { kind: 'websocket' },
-          access: { tables: {}, providers: false, queues: [] },
-        },
-      ],
+      functions: [...FUNCTIONS.filter((f) => f.trigger.kind !== 'websocket'), WEBSOCKET_ECHO_FUNCTION],
     });
     port = Number(new URL(gw.url).port);
   });
