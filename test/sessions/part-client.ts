@@ -1,4 +1,5 @@
 import WebSocket from 'ws';
+import { frameQueue, opened } from '../support/ws.ts';
 
 /**
  * A real `ws` client of /ws that speaks the part protocol (docs/ws.md, "Large messages"): it records every frame as it
@@ -34,16 +35,14 @@ export function partsOf(text: string, id: string, size = 10_000): { type: 'part'
 export async function connectPartClient(url: string, token: string): Promise<PartClient> {
   const socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
   const raw: RawFrame[] = [];
-  const frames: Frame[] = [];
+  const queue = frameQueue<Frame>(20_000);
   const joining = new Map<string, { slices: string[]; got: number }>();
-  const waiters = new Set<() => void>();
-  let cursor = 0;
   socket.on('message', (data) => {
     const buffer = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as Buffer);
     const text = buffer.toString('utf8');
     const frame = JSON.parse(text) as Frame;
     raw.push({ text, bytes: buffer.length, frame });
-    if (frame.type !== 'part') frames.push(frame);
+    if (frame.type !== 'part') queue.push(frame);
     else {
       const part = frame as Frame & { id: string; index: number; count: number; data: string };
       const m = joining.get(part.id) ?? { slices: new Array<string>(part.count), got: 0 };
@@ -54,47 +53,22 @@ export async function connectPartClient(url: string, token: string): Promise<Par
       }
       if (m.got === part.count) {
         joining.delete(part.id);
-        frames.push(JSON.parse(m.slices.join('')) as Frame);
+        queue.push(JSON.parse(m.slices.join('')) as Frame);
       }
     }
-    for (const w of [...waiters]) w();
   });
   const closed = new Promise<{ code: number; reason: string }>((resolve) => socket.on('close', (code, reason) => resolve({ code, reason: String(reason) })));
-  await new Promise<void>((resolve, reject) => {
-    socket.once('open', () => resolve());
-    socket.once('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
-    socket.once('error', reject);
-  });
-  const next = (match: (f: Frame) => boolean = () => true, timeoutMs = 20_000) =>
-    new Promise<Frame>((resolve, reject) => {
-      const look = () => {
-        for (let i = cursor; i < frames.length; i++) {
-          if (match(frames[i]!)) {
-            cursor = i + 1;
-            waiters.delete(look);
-            clearTimeout(timer);
-            resolve(frames[i]!);
-            return;
-          }
-        }
-      };
-      const timer = setTimeout(() => {
-        waiters.delete(look);
-        reject(new Error(`no matching frame within ${timeoutMs} ms; frames so far: ${JSON.stringify(frames.slice(cursor)).slice(0, 2000)}`));
-      }, timeoutMs);
-      waiters.add(look);
-      look();
-    });
+  await opened(socket);
   const sendText = (frame: unknown) => socket.send(typeof frame === 'string' ? frame : JSON.stringify(frame));
   return {
     socket,
     raw,
-    frames,
+    frames: queue.frames,
     send: sendText,
     sendParts: (parts) => {
       for (const p of parts) sendText(p);
     },
-    next,
+    next: queue.next,
     async close() {
       if (socket.readyState === WebSocket.OPEN || socket.readyState === WebSocket.CONNECTING) socket.close(1000);
       await closed;
