@@ -21,6 +21,7 @@ beforeAll(async () => {
   gw = await startTestGateway();
 });
 afterAll(() => gw?.stop());
+let attempt = 0;
 
 /**
  * The hard cap under contention (docs/contract.md, "Hard cap"): one user, many concurrent requests of every size
@@ -39,7 +40,9 @@ describe('budget race', () => {
     const typical = worstCaseMicros(worstCaseOf(pricing, paramsFor(0) as MessagesRequest, 0), 1_000);
     const budget = typical * 10;
     const claim = { ai: budget, compute: 0, window: 'lifetime' as const };
-    const client = gw.client(await gw.token({ user: 'racer', budget: claim }));
+    // A user of its own per attempt: a retry (npm test retries a failed test once) must not find the first attempt's spend.
+    const user = `racer-${++attempt}`;
+    const client = gw.client(await gw.token({ user, budget: claim }));
 
     const results = await Promise.allSettled(
       Array.from({ length: RACERS }, (_, i) =>
@@ -55,7 +58,7 @@ describe('budget race', () => {
     // some answers were clamped to fit what was left
     expect(ok.some((m) => m.stop_reason === 'max_tokens')).toBe(true);
 
-    const usage = await settledUsage({ projectId: gw.projectId, userId: 'racer', budget: claim });
+    const usage = await settledUsage({ projectId: gw.projectId, userId: user, budget: claim });
     const expected = ok.reduce((sum, m) => sum + charge(pricing, m.usage).microdollars, 0);
     expect(usage.used.ai).toBe(expected);
     expect(usage.used.ai).toBeLessThanOrEqual(budget);
