@@ -171,18 +171,23 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   const { reserved } = reservedCall;
   const { reservation } = reserved;
   const clampedMaxTokens = reserved.clampedMaxTokens;
-  // The forwarded body changes only when the gateway bounded it; otherwise the client's bytes go up unchanged.
-  const rawBody = reserved.body === body && input.rawBody !== undefined ? input.rawBody : JSON.stringify(reserved.body);
+  const context = { model: body.model, provider: resolved.route.provider };
   // A caller that stops listening does not stop the provider's bill, so the call is not abandoned on its own: a JSON
   // answer is awaited and charged as counted, a stream is read until the provider has reported its input.
   const upstream = new AbortController();
-  const context = { model: body.model, provider: resolved.route.provider };
-  const started = clock.now();
+  let started = clock.now();
   let result: ProviderResult;
+  // Everything between the reservation and the provider's answer is in here: whatever throws on the way — the body's
+  // serialisation (a tool schema too deep for JSON.stringify), building the provider's request, its translation, the
+  // send itself — means nothing was (or can have been) billed, so the hold is released at once, not left to the sweep,
+  // which would charge its worst case (docs/contract.md, "Hard cap").
   try {
-    result = await resolved.provider.send(
-      providerRequest(resolved, input, reserved.body, rawBody, input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal),
-    );
+    // The forwarded body changes only when the gateway bounded it; otherwise the client's bytes go up unchanged.
+    const rawBody = reserved.body === body && input.rawBody !== undefined ? input.rawBody : JSON.stringify(reserved.body);
+    const signal = input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal;
+    const request = providerRequest(resolved, input, reserved.body, rawBody, signal);
+    started = clock.now();
+    result = await resolved.provider.send(request);
   } catch (err) {
     await finishBeforeReturn(settleCharge(reservation, 0, context));
     throw err;

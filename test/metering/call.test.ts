@@ -1,12 +1,14 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { BudgetClaim, Caller } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { worstCaseMicros, worstCaseOf } from '../../lambdas/metering/reservation.ts';
 import type { StreamEvent } from '../../lambdas/metering/accumulator.ts';
 import { countTokens, meteredCall, type ModelCall } from '../../lambdas/metering/call.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
-import type { MessagesRequest } from '../../lambdas/providers/types.ts';
+import { PROVIDERS } from '../../lambdas/providers/index.ts';
+import type { MessagesRequest, ProviderRequest } from '../../lambdas/providers/types.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 /**
@@ -181,5 +183,100 @@ describe('refusals, typed and before any money', () => {
   it('count_tokens shares the routing and credential, and needs no price', async () => {
     const counted = await countTokens({ caller: caller(), body: ask('claude-unknown-model-x', 'hello') });
     expect(counted.ok).toBe(true);
+  });
+});
+
+/**
+ * A model call that is never sent is never charged: whatever throws between the reservation and the provider's answer
+ * releases the hold at once (settled at 0), not left for the sweep to charge at its worst case. Failures are injected
+ * at each step — the body's serialisation (a real one: a tool schema 5,000 levels deep, which JSON.stringify cannot
+ * write), building the provider's request (its base URL), the provider's translation before anything is written to the
+ * socket (OpenAI: reading the Anthropic body throws), the send itself (synchronously, or as a rejection) — for each
+ * provider, JSON and streamed.
+ */
+describe('a failure between the reservation and the send', () => {
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  /** An input_schema nesting `levels` objects: `properties.a` inside `properties.a` … */
+  function deepSchema(levels: number): Record<string, unknown> {
+    let schema: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < levels; i++) schema = { type: 'object', properties: { a: schema } };
+    return schema;
+  }
+
+  const STEPS = ['stringify', 'provider request', 'translation', 'send throws', 'send rejects'] as const;
+  type Step = (typeof STEPS)[number];
+
+  /** Arms the failure at `step` for a call to `model`; returns the body to send. */
+  function inject(step: Step, provider: 'anthropic' | 'openai', body: MessagesRequest): MessagesRequest {
+    const target = PROVIDERS[provider];
+    const failure = new Error(`injected failure at ${step}`);
+    switch (step) {
+      case 'stringify':
+        return { ...body, tools: [{ name: 'deep', description: 'A schema too deep to serialise', input_schema: deepSchema(5_000) }] } as MessagesRequest;
+      case 'provider request':
+        vi.spyOn(target, 'baseUrl').mockImplementation(() => {
+          throw failure;
+        });
+        return body;
+      case 'translation': {
+        const send = target.send.bind(target);
+        vi.spyOn(target, 'send').mockImplementation((req: ProviderRequest) => {
+          // The translation reads the request's messages first: the throw happens inside it, before any socket write.
+          const poisoned = new Proxy(req.body, {
+            get(t, key, receiver) {
+              if (key === 'messages') throw failure;
+              return Reflect.get(t, key, receiver);
+            },
+          });
+          return send({ ...req, body: poisoned, rawBody: 'not sent' });
+        });
+        return body;
+      }
+      case 'send throws':
+        vi.spyOn(target, 'send').mockImplementation(() => {
+          throw failure;
+        });
+        return body;
+      case 'send rejects':
+        vi.spyOn(target, 'send').mockImplementation(async () => {
+          throw failure;
+        });
+        return body;
+    }
+  }
+
+  it('releases the hold at once and charges nothing, at every step, for every provider, JSON and streamed', async () => {
+    // The simulated upstreams must receive nothing: the failure is always before the socket write.
+    const before = gw.upstreams.anthropic!.requests.length + gw.upstreams.openai!.requests.length;
+    await fc.assert(
+      fc.asyncProperty(
+        // Anthropic is passed through: it has no translation step.
+        fc.constantFrom(
+          ...STEPS.flatMap((step) =>
+            (step === 'translation' ? [GPT] : [CLAUDE, GPT]).map((model) => ({
+              step,
+              model,
+              provider: model === GPT ? ('openai' as const) : ('anthropic' as const),
+            })),
+          ),
+        ),
+        fc.boolean(),
+        async ({ step, model, provider }, stream) => {
+          vi.restoreAllMocks();
+          const c = caller();
+          const body = inject(step, provider, ask(model, 'hi', stream ? { stream: true } : {}));
+          await expect(meteredCall({ caller: c, body })).rejects.toThrow();
+          vi.restoreAllMocks();
+          // At once: the call's own settlement has been written when it throws.
+          const usage = await usageOf(c);
+          expect({ used: usage.used.ai, reserved: usage.reserved.ai, openHolds: usage.openHolds }).toEqual({ used: 0, reserved: 0, openHolds: 0 });
+        },
+      ),
+      { numRuns: 30 },
+    );
+    expect(gw.upstreams.anthropic!.requests.length + gw.upstreams.openai!.requests.length).toBe(before);
   });
 });
