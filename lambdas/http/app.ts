@@ -80,7 +80,12 @@ export function httpApp(spec: AppSpec): HttpApp {
  * as a stream's settlement — have ended, so the line carries the final charge.
  */
 function logWhenDelivered(body: ReadableStream<Uint8Array> | null, record: AccessRecord, started: number): ReadableStream<Uint8Array> | null {
+  // Once: a client that leaves while a read is pending ends the body twice — `cancel`, and the pending read resolving
+  // as done — and each used to write the line (one of them before the stream's settlement had landed).
+  let delivered = false;
   const done = () => {
+    if (delivered) return;
+    delivered = true;
     record.totalMs = clock.now() - started;
     void responseDelivered(record, () => writeAccessLog(record));
   };

@@ -66,7 +66,13 @@ export function accessRecord(): AccessRecord {
   return current.getStore() ?? { requestId: '', method: '', path: '' };
 }
 
+/** The records already written: a request has one line, however many ways its response ends. */
+const written = new WeakSet<AccessRecord>();
+
+/** Writes `record`'s line; a record already written is not written again (and the sink never sees it twice). */
 export function writeAccessLog(record: AccessRecord): void {
+  if (written.has(record)) return;
+  written.add(record);
   try {
     sink(record);
   } catch {
