@@ -8,7 +8,7 @@ import type { Developer } from '../registry/model.ts';
 import { getDeveloper } from '../registry/registry.ts';
 import { developerComputeUsed } from '../budgets/developer-month.ts';
 import { developerAllowance, type DeveloperAllowance } from './compute.ts';
-import { acquireLease, giveBackLease, releaseLease, type Lease, type LiveLease, type RunKind } from './leases.ts';
+import { acquireLease, giveBackLease, releaseLease, type HeldLease, type Lease, type RunKind } from './leases.ts';
 import { tierFor, type Tier } from './tiers.ts';
 
 /**
@@ -41,7 +41,7 @@ export async function admitRun(
   const tier = tierFor(developer.planSeconds);
   const holder = { sessionId: run.sessionId, kind: run.kind, userId: caller.userId, projectId: caller.projectId };
   const acquired = await acquireLease(developer.developerId, holder, tier.maxConcurrency, now);
-  if (!acquired.ok) return { ok: false, refusal: concurrencyRefusal(acquired.live, acquired.max) };
+  if (!acquired.ok) return { ok: false, refusal: concurrencyRefusal(acquired.live, acquired.max, caller.projectId) };
   if (run.maxSeconds === undefined) return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId };
   const reserved = await reserveRunCompute(caller, developer.developerId, run.maxSeconds, now);
   if (!reserved.ok) {
@@ -131,7 +131,12 @@ export function developerBudgetRefusal(allowance: DeveloperAllowance): Refusal {
   return { kind: 'developer_budget_exhausted', used, available, planSeconds, poolSeconds };
 }
 
-/** The interface's 429: every lease the tier allows is held; `sessions` are the live leases, oldest first. */
-export function concurrencyRefusal(live: LiveLease[], max: number): Refusal {
-  return { kind: 'concurrent_limit_reached', active: live.length, max, sessions: live };
+/**
+ * The interface's 429: every lease the tier allows is held. `active` counts every live lease of the developer, across
+ * their projects; `sessions` lists, oldest first, only those of the caller's own project (`projectId`): another
+ * project's end-user ids and run ids are not this caller's to see, so its leases are counted and not shown.
+ */
+export function concurrencyRefusal(live: HeldLease[], max: number, projectId: string): Refusal {
+  const sessions = live.filter((l) => l.projectId === projectId).map(({ sessionId, userId, ageMs }) => ({ sessionId, userId, ageMs }));
+  return { kind: 'concurrent_limit_reached', active: live.length, max, sessions };
 }

@@ -45,14 +45,19 @@ export interface Lease extends LeaseHolder {
   expiresAt: number;
 }
 
-/** A live lease as the 429 body reports it. */
+/** A live lease as the 429 body reports it (to a caller of the project that holds it) and `developer show` lists it. */
 export interface LiveLease {
   sessionId: string;
   userId: string;
   ageMs: number;
 }
 
-export type AcquireResult = { ok: true; lease: Lease } | { ok: false; live: LiveLease[]; max: number };
+/** A live lease and the project holding it: the 429 shows a lease's ids only to that project (plans/admission.ts). */
+export interface HeldLease extends LiveLease {
+  projectId: string;
+}
+
+export type AcquireResult = { ok: true; lease: Lease } | { ok: false; live: HeldLease[]; max: number };
 
 const table = () => env().LEASES_TABLE;
 const keyOf = (developerId: string) => ({ pk: `leases#${developerId}`, sk: 'leases' });
@@ -66,11 +71,11 @@ function leasesOf(item: StoredItem | undefined): [string, StoredLease][] {
 /** A lease stops counting the moment its expiry is reached. */
 const expired = (lease: StoredLease, now: Date) => lease.expiresAt <= now.getTime();
 
-function liveOf(item: StoredItem | undefined, now: Date): LiveLease[] {
+function liveOf(item: StoredItem | undefined, now: Date): HeldLease[] {
   return leasesOf(item)
     .filter(([, l]) => !expired(l, now))
     .sort(([, a], [, b]) => a.startedAt - b.startedAt)
-    .map(([, l]) => ({ sessionId: l.sessionId, userId: l.userId, ageMs: Math.max(0, now.getTime() - l.startedAt) }));
+    .map(([, l]) => ({ sessionId: l.sessionId, userId: l.userId, ageMs: Math.max(0, now.getTime() - l.startedAt), projectId: l.projectId }));
 }
 
 async function ensureItem(developerId: string, now: Date): Promise<void> {
@@ -123,7 +128,7 @@ export async function acquireLease(developerId: string, holder: LeaseHolder, max
     return { ok: false, live: liveOf(out.seen, now), max };
   }
   // Only reachable when the item keeps vanishing or expired leases keep reappearing: report what is there now.
-  return { ok: false, live: await liveLeases(developerId, now), max };
+  return { ok: false, live: liveOf(await readLeases(developerId), now), max };
 }
 
 /**
@@ -209,8 +214,12 @@ export async function giveBackLease(lease: Lease): Promise<{ released: boolean }
 
 /** The developer's live leases, oldest first (for the 429 body and `developer show`). */
 export async function liveLeases(developerId: string, now = new Date(clock.now())): Promise<LiveLease[]> {
+  return liveOf(await readLeases(developerId), now).map(({ sessionId, userId, ageMs }) => ({ sessionId, userId, ageMs }));
+}
+
+async function readLeases(developerId: string): Promise<StoredItem | undefined> {
   const out = await documentClient().send(new GetCommand({ TableName: table(), Key: keyOf(developerId), ConsistentRead: true }));
-  return liveOf(out.Item, now);
+  return out.Item;
 }
 
 /**

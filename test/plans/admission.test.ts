@@ -8,8 +8,10 @@ import { leaseTtlMs } from '../../lambdas/config/timing.ts';
 import { releaseLease, type Lease } from '../../lambdas/plans/leases.ts';
 import { anthropicRefusal } from '../../lambdas/refusals/anthropic.ts';
 import { conjureRefusal } from '../../lambdas/refusals/conjure.ts';
+import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { createDeveloper, createProject, setDeveloperPlan } from '../../lambdas/registry/registry.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { connectWs } from '../support/ws.ts';
 
 /**
  * The one admission step of every run: the developer's plan first (402), then a lease at the tier the plan gives at
@@ -88,10 +90,10 @@ describe('concurrency by tier, across projects', () => {
 
 describe('the 429 body', () => {
   it('is {error, active, max, sessions:[{sessionId, userId, ageMs}]}, ages in milliseconds growing with the clock', async () => {
-    const { projects } = await developerWithProjects(1_000_000, 0, 2);
-    const [a, b] = projects as [string, string];
+    const { projects } = await developerWithProjects(1_000_000);
+    const [a] = projects as [string];
     const first = await admitRun(caller(a, 'alice'), { sessionId: 'vessel-1', kind: 'vessel' }, T0);
-    const second = await admitRun(caller(b, 'bob'), { sessionId: 'ws-1', kind: 'ws' }, at(400));
+    const second = await admitRun(caller(a, 'bob'), { sessionId: 'ws-1', kind: 'ws' }, at(400));
     expect(first.ok && second.ok).toBe(true);
 
     for (const [now, ages] of [
@@ -115,13 +117,121 @@ describe('the 429 body', () => {
     }
   });
 
+  it("shows the caller's own project's runs in full, another project's only in `active`", async () => {
+    // Two projects of one developer share the hobby tier's 2 slots: A's alice holds one, B's bob the other.
+    const { projects } = await developerWithProjects(1_000_000, 0, 2);
+    const [a, b] = projects as [string, string];
+    expect((await admitRun(caller(a, 'alice@example.com'), { sessionId: 'vessel-of-a', kind: 'vessel' }, T0)).ok).toBe(true);
+    expect((await admitRun(caller(b, 'bob@example.com'), { sessionId: 'ws-of-b', kind: 'ws' }, at(400))).ok).toBe(true);
+
+    const refusedB = await admit(b, at(1_000), 'carol');
+    if (refusedB.ok) throw new Error('expected a refusal');
+    const seenByB = await body(conjureRefusal(refusedB.refusal));
+    expect(seenByB).toEqual({
+      status: 429,
+      body: { error: 'concurrent_limit_reached', active: 2, max: 2, sessions: [{ sessionId: 'ws-of-b', userId: 'bob@example.com', ageMs: 600 }] },
+    });
+    expect(JSON.stringify(seenByB)).not.toMatch(/alice|vessel-of-a/);
+
+    const refusedA = await admit(a, at(1_000), 'dave');
+    if (refusedA.ok) throw new Error('expected a refusal');
+    expect(await body(conjureRefusal(refusedA.refusal))).toEqual({
+      status: 429,
+      body: { error: 'concurrent_limit_reached', active: 2, max: 2, sessions: [{ sessionId: 'vessel-of-a', userId: 'alice@example.com', ageMs: 1_000 }] },
+    });
+  });
+
+  it("a project whose developer's slots are all another project's sees active: 2 and no session", async () => {
+    const { projects } = await developerWithProjects(1_000_000, 0, 2);
+    const [a, b] = projects as [string, string];
+    expect((await admitRun(caller(a, 'alice@example.com'), { sessionId: 'a-run-1', kind: 'prompt' }, T0)).ok).toBe(true);
+    expect((await admitRun(caller(a, 'alice2@example.com'), { sessionId: 'a-run-2', kind: 'vessel' }, T0)).ok).toBe(true);
+    const refused = await admit(b, at(5), 'bob');
+    expect(!refused.ok && refused.refusal).toEqual({ kind: 'concurrent_limit_reached', active: 2, max: 2, sessions: [] });
+  });
+
   it('comes from one function, which the proxy envelope renders too', async () => {
-    const refusal = concurrencyRefusal([{ sessionId: 's', userId: 'u', ageMs: 5 }], 2);
-    expect(refusal).toEqual({ kind: 'concurrent_limit_reached', active: 1, max: 2, sessions: [{ sessionId: 's', userId: 'u', ageMs: 5 }] });
+    const live = [
+      { sessionId: 's', userId: 'u', ageMs: 5, projectId: 'p1' },
+      { sessionId: 'other', userId: 'someone@example.com', ageMs: 9, projectId: 'p2' },
+    ];
+    const refusal = concurrencyRefusal(live, 2, 'p1');
+    expect(refusal).toEqual({ kind: 'concurrent_limit_reached', active: 2, max: 2, sessions: [{ sessionId: 's', userId: 'u', ageMs: 5 }] });
     const res = anthropicRefusal(refusal);
     expect(res.status).toBe(429);
     expect(res.headers.get('x-should-retry')).toBe('true');
     expect((await res.json()).error.type).toBe('rate_limit_error');
+  });
+});
+
+describe("the 429 as /prompt and /ws answer it: another project's ids are never shown", () => {
+  it("project B's user sees A's run only in `active`; A's second user sees it in full", async () => {
+    // The hobby tier (2 slots) of a developer with projects A and B; A's alice holds one slot, B's bob the other,
+    // taken at the real clock so the gateway's own admissions see them live.
+    const developerId = `dev-${randomBytes(4).toString('hex')}`;
+    await createDeveloper({ developerId, planSeconds: 1_000_000 });
+    const [a, b] = [await createProject({ developerId }), await createProject({ developerId })];
+    const held = [
+      await admitRun(caller(a.projectId, 'alice@example.com'), { sessionId: 'vessel-of-alice', kind: 'vessel' }),
+      await admitRun(caller(b.projectId, 'bob@example.com'), { sessionId: 'ws-of-bob', kind: 'ws' }),
+    ];
+    const token = (project: { projectId: string; secret: string }, userId: string) =>
+      mintToken({
+        projectId: project.projectId,
+        userId,
+        secret: project.secret,
+        budget: { ai: 1_000_000, compute: 3_600, window: 'day' },
+        expiresInSeconds: 3600,
+      });
+    const promptRefusal = async (t: string) => {
+      const res = await fetch(`${gw.url}/prompt`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ message: 'hi', options: { token: t } }),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    const wsRefusal = async (t: string) => {
+      const client = await connectWs(gw.websocket!.url, t);
+      client.send({ type: 'session.start', options: {} });
+      await client.next((f) => f.type === 'session');
+      client.send({ type: 'user', message: 'hi' });
+      const { type: _type, at: _at, ...frame } = await client.next((f) => f.type === 'error' || f.type === 'result');
+      await client.close();
+      return frame;
+    };
+    const age = { ageMs: expect.any(Number) };
+    try {
+      const carol = await token(b, 'carol@example.com');
+      const seenByB = [await promptRefusal(carol), await wsRefusal(carol)];
+      expect(seenByB).toEqual([
+        {
+          status: 429,
+          body: { error: 'concurrent_limit_reached', active: 2, max: 2, sessions: [{ sessionId: 'ws-of-bob', userId: 'bob@example.com', ...age }] },
+        },
+        { status: 429, error: 'concurrent_limit_reached', active: 2, max: 2, sessions: [{ sessionId: 'ws-of-bob', userId: 'bob@example.com', ...age }] },
+      ]);
+      expect(JSON.stringify(seenByB)).not.toMatch(/alice|vessel-of-alice/);
+
+      const dave = await token(a, 'dave@example.com');
+      const seenByA = [await promptRefusal(dave), await wsRefusal(dave)];
+      expect(seenByA).toEqual([
+        {
+          status: 429,
+          body: { error: 'concurrent_limit_reached', active: 2, max: 2, sessions: [{ sessionId: 'vessel-of-alice', userId: 'alice@example.com', ...age }] },
+        },
+        {
+          status: 429,
+          error: 'concurrent_limit_reached',
+          active: 2,
+          max: 2,
+          sessions: [{ sessionId: 'vessel-of-alice', userId: 'alice@example.com', ...age }],
+        },
+      ]);
+      expect(JSON.stringify(seenByA)).not.toMatch(/bob|ws-of-bob/);
+    } finally {
+      for (const h of held) if (h.ok) await releaseLease(h.lease);
+    }
   });
 });
 

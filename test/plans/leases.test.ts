@@ -109,7 +109,7 @@ describe('expiry, renewal and release', () => {
     const first = held(await acquireLease(dev, holder({ sessionId: 'crashed' }), 1, T0));
     // Just before the expiry it still counts.
     const early = await acquireLease(dev, holder(), 1, at(leaseTtlMs() - 1));
-    expect(early).toEqual({ ok: false, max: 1, live: [{ sessionId: 'crashed', userId: 'u1', ageMs: leaseTtlMs() - 1 }] });
+    expect(early).toEqual({ ok: false, max: 1, live: [{ sessionId: 'crashed', userId: 'u1', ageMs: leaseTtlMs() - 1, projectId: 'prj_a' }] });
     // At the expiry it no longer counts: swept, and the slot is taken.
     const next = held(await acquireLease(dev, holder({ sessionId: 'next' }), 1, at(leaseTtlMs())));
     expect(await liveLeases(dev, at(leaseTtlMs()))).toEqual([{ sessionId: 'next', userId: 'u1', ageMs: 0 }]);
@@ -153,7 +153,7 @@ describe('expiry, renewal and release', () => {
     expect((await acquireLease(dev, holder(), 1, at(1))).ok).toBe(true);
   });
 
-  it('the 429 figures: live leases oldest first, ages growing with the clock', async () => {
+  it('the 429 figures: live leases oldest first with their projects (whose ids the 429 may show), ages growing with the clock', async () => {
     const dev = developer();
     held(await acquireLease(dev, holder({ sessionId: 'a', userId: 'alice' }), 2, T0));
     held(await acquireLease(dev, holder({ sessionId: 'b', userId: 'bob', projectId: 'prj_b' }), 2, at(250)));
@@ -162,8 +162,8 @@ describe('expiry, renewal and release', () => {
       ok: false,
       max: 2,
       live: [
-        { sessionId: 'a', userId: 'alice', ageMs: 1_000 },
-        { sessionId: 'b', userId: 'bob', ageMs: 750 },
+        { sessionId: 'a', userId: 'alice', ageMs: 1_000, projectId: 'prj_a' },
+        { sessionId: 'b', userId: 'bob', ageMs: 750, projectId: 'prj_b' },
       ],
     });
     expect(await liveLeases(dev, at(5_000))).toEqual([
