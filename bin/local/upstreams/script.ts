@@ -768,6 +768,13 @@ export interface IncomingCall {
 }
 
 /**
+ * How many requests a simulated upstream keeps in `requests`: the most recent ones, oldest dropped first; `received`
+ * counts them all. Enough for any test (tests read the last few, or clear the history and read what follows), while a
+ * long `npm start` session or a soak run holds at most this many bodies instead of every body it was ever sent.
+ */
+export const REQUEST_HISTORY_LIMIT = 1_000;
+
+/**
  * Starts a `node:http` server that reads + records each request, then hands it to `handler`.
  * `close()` stops listening and destroys every open socket.
  */
@@ -777,6 +784,7 @@ export async function startHttpServer(
   onHandlerError: (call: IncomingCall, err: unknown) => void,
 ): Promise<SimulatedUpstream> {
   const requests: RecordedRequest[] = [];
+  let received = 0;
   const sockets = new Set<Socket>();
   const server = http.createServer({ noDelay: true, keepAlive: true }, (req, res) => {
     readBody(req).then(
@@ -803,7 +811,10 @@ export async function startHttpServer(
           headers,
           body,
         };
+        // Through `push`, which a test may wrap to watch arrivals (test/support/inflight.ts); then the oldest go.
         requests.push(record);
+        received++;
+        if (requests.length > REQUEST_HISTORY_LIMIT) requests.splice(0, requests.length - REQUEST_HISTORY_LIMIT);
         if (res.writableEnded || res.destroyed) record.outcome = res.writableFinished ? 'completed' : 'client_closed';
         else res.once('close', () => (record.outcome = res.writableFinished ? 'completed' : 'client_closed'));
         const call: IncomingCall = { req, res, record, invalidJson };
@@ -839,6 +850,9 @@ export async function startHttpServer(
     url: `http://${urlHost}:${port}`,
     port,
     requests,
+    get received() {
+      return received;
+    },
     close(): Promise<void> {
       closing ??= new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -22,8 +22,13 @@ export interface SimulatedUpstream {
   /** Base URL without a trailing slash, e.g. `http://127.0.0.1:41234`. */
   url: string;
   port: number;
-  /** Every request received so far, in arrival order. Tests may clear it with `requests.length = 0`. */
+  /**
+   * The most recent requests, in arrival order: at most REQUEST_HISTORY_LIMIT (./script.ts), the oldest dropped
+   * first. Tests may clear it with `requests.length = 0`.
+   */
   requests: RecordedRequest[];
+  /** How many requests were received since the server started, all of them (not reset by clearing `requests`). */
+  readonly received: number;
   /** Stops listening and destroys every open socket (including hung / streaming requests). */
   close(): Promise<void>;
 }
