@@ -88,7 +88,7 @@ export async function handleBatch(req: Request): Promise<Response> {
     work.push(async () => {
       let outcome: EnqueueOutcome;
       try {
-        outcome = await enqueueVessel(request, item.data);
+        outcome = await enqueueVessel(request, { ...item.data, what: `items.${index}: the vessel` });
       } catch {
         outcome = {
           ok: false,
@@ -116,6 +116,11 @@ export async function handleBatch(req: Request): Promise<Response> {
       kind: 'trigger_failed',
       message: 'The run queue is unavailable, so no vessel of the batch was queued (nothing was kept; retry the batch)',
     });
+  }
+  // Every item too large (the shared options, or every message): the batch as a whole is a 413, naming the first.
+  const first = failed[0];
+  if (failed.length === entries.length && first?.status === 'failed' && failed.every((e) => e.status === 'failed' && e.error.code === 'request_too_large')) {
+    throw new Refused({ kind: 'request_too_large', message: `No item of the batch could be kept. ${first.error.message}` });
   }
   return Response.json({ total: entries.length, queued: entries.length - failed.length, failed: failed.length, items: entries }, { status: 202 });
 }

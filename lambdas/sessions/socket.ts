@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { isItemTooLarge } from '../store/item-size.ts';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import * as z from 'zod';
 import { clock } from '../config/clock.ts';
@@ -152,12 +153,6 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
     logger.error('a /ws frame failed', { error: err as Error, connectionId: event.connectionId, frameType: frame.type });
     await reply(errorFrame('internal_error', 'The gateway failed to handle this frame'));
   }
-}
-
-/** DynamoDB's refusal of an item over 400 KB (a session with a large message or tool result beside a long conversation). */
-function isItemTooLarge(err: unknown): boolean {
-  const e = err as { name?: string; message?: string } | undefined;
-  return e?.name === 'ValidationException' && /item size/i.test(e.message ?? '');
 }
 
 /**

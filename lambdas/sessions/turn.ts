@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { isItemTooLarge } from '../store/item-size.ts';
 import { clock } from '../config/clock.ts';
 import { runAdmittedSegment } from '../agent/admitted-run.ts';
 import { MAX_RUN_SECONDS } from '../config/timing.ts';
@@ -213,15 +214,19 @@ async function writeEnd(
     const ended = await endTurn(session.sessionId, turn.id, state.conversation, opts);
     if (!ended.ok) return movedOn(session, turn, ended.seen, version);
   } catch (err) {
-    if (!(err instanceof SessionTooLarge)) throw err;
+    // Past the conversation's own limit, or — beside a large `options` — past DynamoDB's 400 KB item.
+    if (!(err instanceof SessionTooLarge) && !isItemTooLarge(err)) throw err;
     // The turn happened (and was charged), but its conversation cannot be kept: the session stays as before it.
     const ended = await endTurn(session.sessionId, turn.id, undefined, opts);
     if (!ended.ok) return movedOn(session, turn, ended.seen, version);
-    outbox.send(errorFrame('session_too_large', err.message));
+    outbox.send(errorFrame('session_too_large', err instanceof SessionTooLarge ? err.message : ITEM_TOO_LARGE));
   }
   if (result) outbox.send(result);
   return true;
 }
+
+const ITEM_TOO_LARGE =
+  "The turn's conversation cannot be kept beside the session's options (a session is stored in one DynamoDB item of at most 400 KB): the session stays as it was before this turn; start a new session";
 
 /** A turn end that was not written: silent when pinned (the caller reads again), logged when the turn moved on. */
 function movedOn(session: SessionRecord, turn: TurnRecord, seen: SessionRecord | undefined, version: number | undefined): false {

@@ -3,13 +3,15 @@ import { logger } from '../observability/logger.ts';
 import { handOffCallback } from './callback.ts';
 import { firstRound } from './delivery.ts';
 import type { StoredVessel, VesselOutput } from './record.ts';
+import { keptOutput } from './size.ts';
 import type { VesselStatus } from './states.ts';
 import { endedAttributes, moveVessel, redriveAt, touchVessel } from './store.ts';
 
 export type EndStatus = Extract<VesselStatus, 'COMPLETED' | 'FAILED' | 'CANCELED'>;
 
 /**
- * Ends a vessel — one conditional move to COMPLETED, FAILED or CANCELED from `from` (and `when`) — and hands its
+ * Ends a vessel — one conditional move to COMPLETED, FAILED or CANCELED from `from` (and `when`), its output kept
+ * within its share of the item (size.ts: too long a text is truncated and flagged, never refused) — and hands its
  * callback to the webhook sender (its delivery record starts as `pending`). A vessel with a callback stays in the reconcile index until the hand-off is done,
  * so a hand-off lost to a crash between the two writes is made by the reconciler. Returns the ended vessel, or
  * undefined when the condition did not hold (someone else moved it first).
@@ -30,7 +32,7 @@ export async function endVessel(
     to: end.to,
     from: end.from,
     ...(end.when ? { when: end.when } : {}),
-    set: { ...endedAttributes(end.output, end.now), ...watch },
+    set: { ...endedAttributes(keptOutput(end.output), end.now), ...watch },
     remove: ['runId', 'parkedFor', ...(vessel.callback ? [] : ['reconcileShard', 'reconcileAt'])],
     now: end.now,
   });

@@ -8,6 +8,7 @@ import type { Refusable } from '../refusals/refusal.ts';
 import { keyCipher } from '../registry/key-cipher.ts';
 import { queueResponse, vesselKey, type QueueResponse, type StoredCallback, type StoredVessel } from './record.ts';
 import { fingerprint, type Callback } from './request.ts';
+import { requestTooLarge } from './size.ts';
 import { expiresAfter } from '../store/epoch.ts';
 import { createVessel, deleteUntriggered, forgetIdempotencyKey, getVessel, reconcileShardOf, redriveAt } from './store.ts';
 import { needsSchedule } from '../scheduling/delay.ts';
@@ -46,9 +47,12 @@ export async function storedCallback(caller: Caller, callback: Callback | undefi
   return { url: callback.url, secretCiphertext: await keyCipher().encrypt(callback.secret, { projectId: caller.projectId }) };
 }
 
+/**
+ * `item.what` names the vessel in a refusal's message ("The vessel", or "items.3: the vessel" for a batch's item).
+ */
 export async function enqueueVessel(
   request: VesselRequest,
-  item: { message: string; idempotencyKey: string },
+  item: { message: string; idempotencyKey: string; what?: string },
   now = new Date(clock.now()),
 ): Promise<EnqueueOutcome> {
   const { caller } = request;
@@ -88,6 +92,10 @@ export async function enqueueVessel(
     // A waiting vessel is kept until 30 days after it was due; an ended one, 30 days after it ended.
     expiresAt: expiresAfter(request.due, VESSEL_RETENTION_SECONDS),
   };
+  // Over its share of the item, nothing is stored or run: 413 (size.ts). Checked before the key is claimed, so a
+  // key never points at a vessel that could not be kept.
+  const tooLarge = requestTooLarge(vessel, item.what);
+  if (tooLarge) return { ok: false, refusal: tooLarge };
 
   for (let attempt = 0; attempt < 2; attempt++) {
     const created = await createVessel(vessel, print, now);

@@ -9,7 +9,9 @@ import { admitRun, withdrawAdmission, type RunAdmission } from '../plans/admissi
 import { messageOf } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { endVessel } from './end.ts';
-import { endedWithoutRun, runOutput, type StoredVessel } from './record.ts';
+import { isItemTooLarge } from '../store/item-size.ts';
+import { endedWithoutRun, runOutput, type StoredVessel, type VesselOutput } from './record.ts';
+import { keptOutput, MAX_VESSEL_OUTPUT_BYTES } from './size.ts';
 import { isWaiting } from './states.ts';
 import { parkVessel } from './park.ts';
 import { getVessel, moveVessel } from './store.ts';
@@ -29,10 +31,18 @@ import { watchExecution } from './watch.ts';
  *   counts as a failed receive); a spent budget or plan → FAILED;
  * - admitted → one conditional move to EXECUTING, then the /prompt agent runtime under the admission, watched for a
  *   cancel; the end is one conditional move to COMPLETED, FAILED or CANCELED (only by this execution).
+ * A vessel runs at most once: an execution that does not write its end — it died, lost its lease, or could not store
+ * its end — leaves the vessel to the reconciler, which ends it FAILED and never runs it again (reconciler.ts).
  */
 
-/** Tries at writing a run's end before the message is failed (and the reconciler takes over). */
+/** Tries at writing a run's end before the message is failed (and the reconciler ends the vessel FAILED). */
 const END_WRITE_ATTEMPTS = 4;
+
+/**
+ * The output's size at each try of an end refused for its size: its share of the item (size.ts), then 4 KiB, then
+ * the figures alone (no text). Each is flagged `truncated` when it cut something.
+ */
+const END_OUTPUT_BYTES = [MAX_VESSEL_OUTPUT_BYTES, 4_096, 0] as const;
 
 /** Back-off while the user's budget is held: 1 s, doubling per wait, at most 30 s, jittered between half and all of it. */
 export function heldBudgetBackoffSeconds(waits: number, random = Math.random()): number {
@@ -144,21 +154,34 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
   } finally {
     watch.stop();
   }
-  // Another execution owns the vessel now, or this one lost its lease: the end is not this execution's to write. A
-  // vessel left EXECUTING stops being renewed, so the reconciler retries it once its lease has lapsed.
+  // The vessel moved on without this execution (the reconciler ended it), or this one lost its lease: the end is not
+  // this execution's to write. A vessel left EXECUTING stops being renewed, so the reconciler ends it FAILED once its
+  // lease has lapsed.
   if (watch.takenOver() || leaseLost) return;
   const canceled = watch.canceled();
   const output = result ? runOutput(result, canceled) : endedWithoutRun('error_during_execution', 'The gateway failed during the run');
   const to = canceled ? 'CANCELED' : output.success ? 'COMPLETED' : 'FAILED';
-  // The run has been paid for: its end is written even through a store hiccup, or the reconciler would run it again.
-  const end = () =>
-    endVessel(vessel, { to, from: 'EXECUTING', when: { expression: 'runId = :run', values: { ':run': runId } }, output, now: new Date(clock.now()) });
+  // The run has been paid for and will not run again (reconciler.ts): its end is written even through a store hiccup,
+  // and an end refused for its size is written again smaller — the text shorter, flagged `truncated` — rather than lost.
+  // (The shares of size.ts make that refusal impossible for a vessel queued within them; a vessel stored before them
+  // may still meet it.)
+  const end = (kept: VesselOutput) =>
+    endVessel(vessel, { to, from: 'EXECUTING', when: { expression: 'runId = :run', values: { ':run': runId } }, output: kept, now: new Date(clock.now()) });
   let ended: Awaited<ReturnType<typeof end>>;
+  let shrink = 0;
   for (let attempt = 1; ; attempt++) {
     try {
-      ended = await end();
+      ended = await end(keptOutput(output, END_OUTPUT_BYTES[shrink]));
       break;
     } catch (err) {
+      if (isItemTooLarge(err) && shrink < END_OUTPUT_BYTES.length - 1) {
+        shrink++;
+        logger.warn("a vessel's end was refused for its size; writing it with a shorter output", {
+          vesselId: vessel.vesselId,
+          outputBytes: END_OUTPUT_BYTES[shrink],
+        });
+        continue;
+      }
       if (attempt >= END_WRITE_ATTEMPTS) throw err;
       logger.warn("writing a vessel's end failed; retrying", { vesselId: vessel.vesselId, error: err as Error });
       await sleep(END_WRITE_BACKOFF_MS * 2 ** attempt);

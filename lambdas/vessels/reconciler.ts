@@ -10,7 +10,7 @@ import { dueItems } from '../store/due.ts';
 import { endVessel, handOff } from './end.ts';
 import { endedWithoutRun, type StoredVessel } from './record.ts';
 import { isWaiting, VesselStates } from './states.ts';
-import { moveVessel, RECONCILE_SHARDS, redriveAt, touchVessel } from './store.ts';
+import { RECONCILE_SHARDS, redriveAt, touchVessel } from './store.ts';
 import { delayUntil } from '../scheduling/delay.ts';
 import { sendRunMessage } from './trigger.ts';
 import { wakeVessel } from './park.ts';
@@ -27,23 +27,25 @@ import { tierFor } from '../plans/tiers.ts';
  *   died woke nobody), else checked again a lease's length later (parkCheckMs);
  * - waiting (PENDING/QUEUED) and due, yet not started: its trigger was lost (a message dropped, a schedule that never
  *   fired, a crashed local runtime) → re-driven with a new trigger, which makes any old message stale;
- * - EXECUTING whose execution stopped renewing it (its executor died): retried as QUEUED while attempts remain,
- *   else FAILED; canceled if a cancel was waiting for it;
+ * - EXECUTING whose execution stopped renewing it (its executor died, or its end could not be written): FAILED,
+ *   never run again (a vessel runs at most once: see below); canceled if a cancel was waiting for it;
  * - ended with a callback not yet handed to the webhook queue → handed off;
  * - ended with a webhook delivery still pending whose next attempt is overdue (its message was lost) → that attempt
  *   asked for again (docs/webhooks.md); a settled delivery leaves the index.
  * Every action is a conditional write on what was read, so a vessel that moved meanwhile is left alone.
  */
 
-/** Executions a vessel may start before an executor death fails it instead of retrying. */
-export const MAX_ATTEMPTS = 3;
+/** The text of a vessel whose execution stopped before it wrote its end. */
+export const INTERRUPTED_TEXT =
+  'The run was interrupted: its execution stopped before it stored its end (the executor died, or its end could not be written). ' +
+  'A vessel runs at most once, so it is not run again; what its run used has been charged';
 const CONCURRENCY = 8;
 /** One invocation handles at most this many vessels per shard; the rest are next minute's. */
 const PAGE_LIMIT = 500;
 
 export interface ReconcileReport {
   redriven: number;
-  retried: number;
+  /** EXECUTING vessels whose execution stopped before it wrote its end: FAILED, never run again. */
   failed: number;
   canceled: number;
   handedOff: number;
@@ -52,7 +54,7 @@ export interface ReconcileReport {
 }
 
 export async function reconcileVessels(now = new Date(clock.now())): Promise<ReconcileReport> {
-  const report: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
+  const report: ReconcileReport = { redriven: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
   const rooms = freeSlots();
   for (let shard = 0; shard < RECONCILE_SHARDS; shard++) {
     const due = await dueItems<StoredVessel>({
@@ -160,7 +162,14 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
     return 'redriven';
   }
 
-  // EXECUTING, and its execution has not renewed it in time: the executor is gone.
+  // EXECUTING, and its execution has not renewed it in time: the execution is gone (its executor died, lost its lease,
+  // or could not store its end). It is ended, never run again: a vessel runs at most once (docs/incubate.md, "The
+  // table is the source of truth"). Every execution has been charged by the time it is EXECUTING — its admission held
+  // the compute it may use, and a hold it never settled is charged by the ledger's sweep at its held amount
+  // (docs/contract.md, "Abandoned reservations") — and it may have run its model calls to the end before it died or
+  // its end write failed, which nothing written before that end can tell apart from a run cut short. A second run
+  // would charge the user again for a result they may already have been charged for; so it is FAILED, with a text
+  // that says so, and the user decides whether to queue it again.
   const ownedBy = { expression: `runId = :run AND ${late.expression}`, values: { ':run': v.runId, ...late.values } };
   if (v.cancelRequested) {
     const ended = await endVessel(v, {
@@ -172,21 +181,12 @@ async function reconcileOne(v: StoredVessel, now: Date, rooms: FreeSlots): Promi
     });
     return ended ? 'canceled' : undefined;
   }
-  if (v.attempts >= MAX_ATTEMPTS) {
-    const text = `The run was interrupted ${v.attempts} times (its executor stopped before it ended); the vessel is not retried again`;
-    const ended = await endVessel(v, { to: 'FAILED', from: 'EXECUTING', when: ownedBy, output: endedWithoutRun('error_during_execution', text), now });
-    return ended ? 'failed' : undefined;
-  }
-  const driveId = randomUUID();
-  const retried = await moveVessel(v.vesselId, {
-    to: 'QUEUED',
+  const ended = await endVessel(v, {
+    to: 'FAILED',
     from: 'EXECUTING',
     when: ownedBy,
-    set: { driveId, reconcileAt: nextLook },
-    remove: ['runId'],
+    output: endedWithoutRun('error_during_execution', INTERRUPTED_TEXT),
     now,
   });
-  if (!retried.ok) return undefined;
-  await sendRunMessage({ vesselId: v.vesselId, driveId });
-  return 'retried';
+  return ended ? 'failed' : undefined;
 }

@@ -25,6 +25,11 @@ export type VesselEndSubtype =
 export interface VesselOutput {
   success: boolean;
   text: string;
+  /**
+   * Present when the output was too large to keep whole (size.ts `keptOutput`, docs/incubate.md, "Limits"): `text`
+   * is its first 128 KiB or so, cut between characters; a structured output that did not fit beside it is dropped.
+   */
+  truncated?: true;
   result: {
     type: 'result';
     subtype: VesselEndSubtype;
@@ -63,7 +68,7 @@ export interface StoredVessel {
   scheduledFor: number;
   startedAt?: number;
   completedAt?: number;
-  /** Executions started (a retry after an executor died counts again). */
+  /** Executions started: 0, then 1 (a vessel runs at most once: reconciler.ts). */
   attempts: number;
   /** The current trigger: a run message naming another is stale and dropped. */
   driveId: string;
@@ -122,6 +127,7 @@ function ordered(o: VesselOutput): VesselOutput {
   return {
     success: o.success,
     text: o.text,
+    ...(o.truncated ? { truncated: true as const } : {}),
     result: {
       type,
       subtype,

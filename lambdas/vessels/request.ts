@@ -12,14 +12,26 @@ import { checkUrl, OutboundRefused } from '../outbound/guard.ts';
  */
 
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
+/** The most a vessel's request may take in its record (size.ts); more is a 413. */
+export { MAX_VESSEL_REQUEST_BYTES } from './size.ts';
 export const MAX_BATCH_ITEMS = 100;
 
 const Message = z.string({ error: 'message is required and must be a string' }).min(1, 'message must not be empty');
 
+/**
+ * A key is stored and hashed as UTF-8, where a lone surrogate (half of a UTF-16 pair without the other) becomes
+ * U+FFFD: two keys differing only there would be one key — a 409 for a new request, or another request's vessel
+ * answered as a replay. So they are refused, as in ids (docs/contract.md, "Identifiers").
+ */
+const LONE_SURROGATE = /\p{Cs}/u;
+
 export const IdempotencyKey = z
   .string({ error: 'idempotencyKey must be a string' })
   .min(1, 'idempotencyKey must not be empty')
-  .max(MAX_IDEMPOTENCY_KEY_LENGTH, `idempotencyKey must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
+  .max(MAX_IDEMPOTENCY_KEY_LENGTH, `idempotencyKey must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`)
+  .refine((key) => !LONE_SURROGATE.test(key), {
+    message: 'idempotencyKey must be well-formed Unicode: it contains a lone surrogate (half of a UTF-16 surrogate pair)',
+  });
 
 /**
  * Where the result is POSTed (docs/webhooks.md). A URL whose host is a literal private or metadata address is refused

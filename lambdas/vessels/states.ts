@@ -3,8 +3,8 @@ import { defineStates } from '../store/record-states.ts';
 /**
  * A vessel's status flow (docs/incubate.md, "Lifecycle"), the one place it is written down:
  *
- *   PENDING ──due──▶ QUEUED ──lease──▶ EXECUTING ──▶ COMPLETED | FAILED
- *      │               │                  │  └──executor died, attempts left──▶ QUEUED
+ *   PENDING ──due──▶ QUEUED ──lease──▶ EXECUTING ──▶ COMPLETED | FAILED (also when its execution stopped: a vessel
+ *      │               │                  │                                  runs at most once, reconciler.ts)
  *      └───────────────┴──cancel──────────┴──▶ CANCELED (cooperative while EXECUTING)
  *
  * PENDING and QUEUED may also go straight to EXECUTING (a due message that finds room at once) or to FAILED (the
@@ -13,7 +13,7 @@ import { defineStates } from '../store/record-states.ts';
 export const VesselStates = defineStates({
   PENDING: ['QUEUED', 'EXECUTING', 'FAILED', 'CANCELED'],
   QUEUED: ['EXECUTING', 'FAILED', 'CANCELED'],
-  EXECUTING: ['COMPLETED', 'FAILED', 'CANCELED', 'QUEUED'],
+  EXECUTING: ['COMPLETED', 'FAILED', 'CANCELED'],
   COMPLETED: [],
   FAILED: [],
   CANCELED: [],

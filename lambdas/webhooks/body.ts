@@ -2,7 +2,8 @@ import type { StoredVessel } from '../vessels/record.ts';
 
 /**
  * The callback body (docs/webhooks.md, "Body"): the interface's `{success, text, result}` — a failed run has
- * `success:false`, `text` = its error, `result.subtype` = the error subtype; a canceled vessel has subtype `canceled` —
+ * `success:false`, `text` = its error, `result.subtype` = the error subtype; a canceled vessel has subtype `canceled`;
+ * `truncated: true` when the output was too large to keep whole —
  * plus which vessel it is about (`vesselId`, `idempotencyKey`, `status`). Built from the ended vessel's stored output
  * with a fixed key order, so every attempt and every redelivery sends, and signs, the same bytes.
  */
@@ -11,6 +12,8 @@ export function callbackBody(v: Pick<StoredVessel, 'vesselId' | 'idempotencyKey'
   return {
     success: v.output?.success ?? false,
     text: v.output?.text ?? '',
+    // The output was too large to keep whole: `text` is cut (docs/webhooks.md, "Body").
+    ...(v.output?.truncated ? { truncated: true as const } : {}),
     result: {
       type: 'result' as const,
       subtype: result?.subtype ?? 'error_during_execution',

@@ -76,8 +76,19 @@ async function drain(res: Response): Promise<void> {
   await readCapped(res, RESPONSE_BYTES_READ).catch(() => undefined);
 }
 
-/** An attempt's error as recorded: what happened, never a header or the body. */
+/**
+ * An attempt's error as recorded: what happened, never a header or the body. At most ERROR_CHARS printable ASCII
+ * characters, so every attempt stays within the share of the vessel's item its delivery record has
+ * (lambdas/vessels/size.ts).
+ */
 function describe(err: unknown): string {
+  const text = describeFully(err).replace(/[^\x20-\x7e]/g, '?');
+  return text.length > ERROR_CHARS ? `${text.slice(0, ERROR_CHARS - 3)}...` : text;
+}
+
+const ERROR_CHARS = 200;
+
+function describeFully(err: unknown): string {
   if (err instanceof OutboundRefused) return `refused: ${err.message}`;
   const e = err as { name?: string; message?: string; cause?: { code?: string; message?: string } };
   if (e?.name === 'TimeoutError') return `timed out: ${e.message ?? `no answer within ${WEBHOOK_ATTEMPT_TIMEOUT_MS} ms`}`;

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startAnthropicUpstream, type SimulatedUpstream } from '../../bin/local/upstreams/anthropic.ts';
 import { DEV_PROJECT } from '../../bin/local/seed.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
+import { INTERRUPTED_TEXT } from '../../lambdas/vessels/reconciler.ts';
 import type { VesselView } from '../../lambdas/vessels/record.ts';
 import { groupMembers } from '../support/gateway-process.ts';
 import { requestText, trackInFlight, type InFlightTracker } from '../support/inflight.ts';
@@ -17,8 +18,9 @@ import { incubate, incubateBatch, pollUntil, vesselRecord } from '../support/ves
  * Issue 14, "Done when" 5: `kill -9` the whole local runtime (the gateway, npx/tsx and DynamoDB Local's java: its
  * process group) while vessels are executing, queued at capacity, pending a few seconds ahead and scheduled beyond 15
  * minutes; start it again on the same DATA_DIR. Every vessel reaches a terminal state — the executing ones once their
- * lease and heartbeat have lapsed, retried (attempts 2) —, none is lost, the far one is still PENDING with its schedule
- * kept, and no vessel is ever executed by two workers at once.
+ * lease and heartbeat have lapsed, FAILED and never run again (a vessel runs at most once: its cut run was charged,
+ * docs/incubate.md) —, none is lost, the far one is still PENDING with its schedule kept, and no vessel is ever
+ * executed by two workers at once.
  *
  * The runtime runs as `npm start` does (`npm start`'s command), against a simulated Anthropic upstream that runs in
  * this test process, so it survives the kill and records every request with its vessel's tag on both sides of it
@@ -27,16 +29,15 @@ import { incubate, incubateBatch, pollUntil, vesselRecord } from '../support/ves
  * What a crash loses: fauxqs (the run queue) lives in the runtime's memory, so every trigger in flight is gone;
  * DynamoDB Local (on disk in DATA_DIR) and DATA_DIR/schedules.json survive. The reconciler, at start-up and then
  * every LOCAL_SCHEDULE_INTERVAL_SECONDS (a second here, instead of a minute), re-drives the waiting vessels whose
- * `reconcileAt` passed (VESSEL_REDRIVE_AFTER_SECONDS=3 here) and retries the executing ones once their heartbeat has
- * lapsed. The lease is 9 s here (LEASE_TTL_SECONDS, instead of 60 s): the heartbeat is renewed every 3 s and
- * lapses 9 s after the last one, and so do the dead runs' concurrency leases. (With 3 s, a live retry whose renewals
- * came a few seconds late on a loaded machine was taken for dead and run a third time.)
+ * `reconcileAt` passed (VESSEL_REDRIVE_AFTER_SECONDS=3 here) and ends the executing ones FAILED once their heartbeat
+ * has lapsed. The lease is 9 s here (LEASE_TTL_SECONDS, instead of 60 s): the heartbeat is renewed every 3 s and
+ * lapses 9 s after the last one, and so do the dead runs' concurrency leases.
  */
 const REDRIVE_SECONDS = 3;
 const LEASE_TTL_SECONDS = 9;
 const SCHEDULE_INTERVAL_SECONDS = 1;
 const TIER_MAX = 5;
-/** The executing vessels' model call: long enough to be cut by the kill, short enough for the retry. */
+/** The executing vessels' model call: long enough to be cut by the kill. */
 const EXEC_LATENCY_MS = 10_000;
 const SHORT_LATENCY_MS = 500;
 
@@ -207,16 +208,16 @@ describe('a crash of the whole local runtime', () => {
     mark('allEnded');
     const byId = new Map<string, VesselView>(ended.map((r) => [r.vesselId, r]));
 
-    // The executing ones: retried once their lease lapsed, and completed on the second attempt.
+    // The executing ones: FAILED once their lease lapsed, never run again — their one model call is the one the kill cut.
     for (const [i, id] of exec.entries()) {
       expect(byId.get(id), `exec ${i}`).toMatchObject({
-        status: 'COMPLETED',
-        isSuccess: true,
-        attempts: 2,
-        output: { success: true, text: `Echo: crash-exec-${i}` },
+        status: 'FAILED',
+        isFailed: true,
+        attempts: 1,
+        output: { success: false, text: INTERRUPTED_TEXT, result: { subtype: 'error_during_execution' } },
       });
       const calls = tracker.intervals.filter((c) => c.tag === `crash-exec-${i}`);
-      expect(calls.map((c) => c.outcome)).toEqual(['client_closed', 'completed']);
+      expect(calls.map((c) => c.outcome)).toEqual(['client_closed']);
     }
     // The waiting ones: their triggers died with fauxqs; re-driven, each ran once.
     for (const [kind, ids] of [

@@ -12,7 +12,7 @@ import { sqsClient } from '../../bin/local/queues.ts';
 import { FUNCTIONS } from '../../lambdas/handlers/manifest.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import type { StoredVessel } from '../../lambdas/vessels/record.ts';
-import { MAX_ATTEMPTS, reconcileVessels, type ReconcileReport } from '../../lambdas/vessels/reconciler.ts';
+import { INTERRUPTED_TEXT, reconcileVessels, type ReconcileReport } from '../../lambdas/vessels/reconciler.ts';
 import { reconcileShardOf } from '../../lambdas/vessels/store.ts';
 import { callbackBodyText } from '../../lambdas/webhooks/body.ts';
 import { drained } from '../support/drained.ts';
@@ -25,7 +25,8 @@ import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';
  * "the table is the source of truth, the queue only a trigger". reconcileVessels(now) is called directly with chosen
  * instants; the gateway's own reconciler runs only at start-up (its period is set to an hour). Vessels the reconciler
  * must find broken are made the way a crash leaves them: a trigger removed from the queue, or an item written as a
- * dead executor or an interrupted hand-off leaves it.
+ * dead executor or an interrupted hand-off leaves it. A vessel whose execution died is ended FAILED, never run again
+ * (a vessel runs at most once: docs/incubate.md, "The table is the source of truth").
  *
  * Every vessel's message carries its own tag (`rc-N`), so the simulated upstream's record says which vessels ran,
  * how often, and never two executions of one vessel at once (test/support/inflight.ts).
@@ -106,7 +107,7 @@ const done = (vesselId: string) =>
     { timeoutMs: 20_000, everyMs: 100, what: `vessel ${vesselId} ending` },
   );
 
-const nothing: ReconcileReport = { redriven: 0, retried: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
+const nothing: ReconcileReport = { redriven: 0, failed: 0, canceled: 0, handedOff: 0, deliveriesRedriven: 0 };
 
 /**
  * A vessel as a crash would leave it: a real one, queued for later through POST /incubate (its schedule then
@@ -192,53 +193,41 @@ describe('the reconciler', () => {
     expect(calls(tag)).toHaveLength(1);
   });
 
-  it('retries an EXECUTING vessel whose execution stopped renewing it: QUEUED again, then completes with attempts 2', async () => {
+  it('ends an EXECUTING vessel whose execution stopped renewing it: FAILED, interrupted, never run again', async () => {
     const tag = nextTag();
     const v = await planted(tag, deadExecution(1));
     // Its heartbeat has not lapsed at an instant before reconcileAt.
     expect(await reconcileVessels(new Date(v.reconcileAt! - 1))).toEqual(nothing);
     const now = new Date();
-    expect(await reconcileVessels(now)).toEqual({ ...nothing, retried: 1 });
-    const retried = await stored(v.vesselId);
-    // QUEUED, with a new trigger and the dead execution's runId gone (the executor may already have taken it).
-    expect(['QUEUED', 'EXECUTING', 'COMPLETED']).toContain(retried.status);
-    expect(retried.driveId).not.toBe(v.driveId);
-    expect(retried.runId).not.toBe(v.runId);
-    const end = await done(v.vesselId);
-    expect(end).toMatchObject({ status: 'COMPLETED', isSuccess: true, attempts: 2, output: { success: true, text: `Echo: ${tag}` } });
-    expect(calls(tag)).toHaveLength(1);
-    // A second reconciler looking at what it read before (the dead runId) changes nothing now.
-    expect(await reconcileVessels(now)).toEqual(nothing);
-  });
-
-  it('retry moves exactly once when two reconcilers race for the same dead execution', async () => {
-    const tag = nextTag();
-    const v = await planted(tag, deadExecution(1));
-    const now = new Date();
-    const reports = await Promise.all([reconcileVessels(now), reconcileVessels(now), reconcileVessels(now)]);
-    expect(reports.reduce((n, r) => n + r.retried, 0)).toBe(1);
-    const end = await done(v.vesselId);
-    expect(end).toMatchObject({ status: 'COMPLETED', attempts: 2 });
-    expect(calls(tag)).toHaveLength(1);
-  });
-
-  it(`fails an EXECUTING vessel whose execution died on its ${MAX_ATTEMPTS}rd attempt: FAILED, error_during_execution`, async () => {
-    const tag = nextTag();
-    const v = await planted(tag, deadExecution(MAX_ATTEMPTS));
-    expect(await reconcileVessels(new Date())).toEqual({ ...nothing, failed: 1 });
+    expect(await reconcileVessels(now)).toEqual({ ...nothing, failed: 1 });
     const end = await vesselRecord(gw.url, token, v.vesselId);
     expect(end).toMatchObject({
       status: 'FAILED',
       isCompleted: true,
       isFailed: true,
       isSuccess: false,
-      attempts: MAX_ATTEMPTS,
-      output: { success: false, result: { type: 'result', subtype: 'error_during_execution', total_cost_usd: 0 } },
+      attempts: 1,
+      output: { success: false, text: INTERRUPTED_TEXT, result: { type: 'result', subtype: 'error_during_execution', total_cost_usd: 0 } },
     });
-    expect(end.output!.text).toMatch(/interrupted/);
     expect(end.completedAt).toBeDefined();
-    expect(await stored(v.vesselId)).not.toHaveProperty('reconcileAt');
+    const after = await stored(v.vesselId);
+    expect(after).not.toHaveProperty('reconcileAt');
+    expect(after).not.toHaveProperty('runId');
+    // Never run again: no trigger, no model call, and a second reconciler looking at what it read before changes nothing.
     await drained(gw, { quietMs: 1_000 });
+    expect(calls(tag)).toHaveLength(0);
+    expect(await queueDepth(gw.queues.urls.RUN_QUEUE_URL)).toBe(0);
+    expect(await reconcileVessels(now)).toEqual(nothing);
+  });
+
+  it('the end is written once when three reconcilers race for the same dead execution', async () => {
+    const tag = nextTag();
+    const v = await planted(tag, deadExecution(1));
+    const now = new Date();
+    const reports = await Promise.all([reconcileVessels(now), reconcileVessels(now), reconcileVessels(now)]);
+    expect(reports.reduce((n, r) => n + r.failed, 0)).toBe(1);
+    expect(await vesselRecord(gw.url, token, v.vesselId)).toMatchObject({ status: 'FAILED', attempts: 1, output: { text: INTERRUPTED_TEXT } });
+    await drained(gw, { quietMs: 500 });
     expect(calls(tag)).toHaveLength(0);
   });
 
@@ -266,8 +255,8 @@ describe('the reconciler', () => {
     expect(await reconcileVessels(new Date())).toEqual(nothing);
     expect(await stored(v.vesselId)).toMatchObject({ status: 'EXECUTING', runId: v.runId, driveId: v.driveId });
     // Clean up: as if it died after all.
-    expect(await reconcileVessels(new Date(v.reconcileAt!))).toEqual({ ...nothing, retried: 1 });
-    expect(await done(v.vesselId)).toMatchObject({ status: 'COMPLETED', attempts: 2 });
+    expect(await reconcileVessels(new Date(v.reconcileAt!))).toEqual({ ...nothing, failed: 1 });
+    expect(await done(v.vesselId)).toMatchObject({ status: 'FAILED', attempts: 1, output: { text: INTERRUPTED_TEXT } });
   });
 
   it('drops a stale trigger (an older driveId) without running the vessel; the current trigger runs it', async () => {
@@ -369,7 +358,8 @@ describe('the reconciler', () => {
     const tag = nextTag();
     const v = await planted(tag, deadExecution(1));
     await gw.invokeScheduled('VesselReconciler');
-    expect(await done(v.vesselId)).toMatchObject({ status: 'COMPLETED', attempts: 2 });
-    expect(calls(tag)).toHaveLength(1);
+    expect(await done(v.vesselId)).toMatchObject({ status: 'FAILED', attempts: 1, output: { text: INTERRUPTED_TEXT } });
+    await drained(gw, { quietMs: 500 });
+    expect(calls(tag)).toHaveLength(0);
   });
 });
