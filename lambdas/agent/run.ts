@@ -10,8 +10,10 @@ import { isClientTool, isHttpTool, isServerTool, type SessionOptions } from './o
 import { INTERRUPTED, MICROS_PER_USD, runResult, type ResultSubtype, type RunEvent, type RunResult, type RunState } from './result.ts';
 import { structuredOutputCheck } from './structured-output.ts';
 import { httpTool } from './tools/http.ts';
+import { MAX_PARALLEL_TOOL_CALLS, MAX_TOOL_CALLS_PER_TURN } from './tools/limits.ts';
 import { connectMcpServers } from './tools/mcp.ts';
-import type { AgentTool } from './tools/types.ts';
+import { mcpServerRule } from './tools/names.ts';
+import type { AgentTool, ToolOutcome } from './tools/types.ts';
 
 /**
  * The agent runtime (docs/prompt.md): one message in, then turns — one metered model call each (metering/call.ts,
@@ -101,14 +103,14 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   // The tools: HTTP tools from the options, MCP servers' tools, filtered by allowedTools / disallowedTools.
   const mcp = options.mcpServers && Object.keys(options.mcpServers).length ? await connectMcpServers(options.mcpServers, { signal: input.signal }) : undefined;
   const serverTools = (options.tools ?? []).filter(isServerTool) as Record<string, unknown>[];
-  const agentTools = [...(options.tools ?? []).filter(isHttpTool).map((spec) => httpTool(spec)), ...(mcp?.tools ?? [])].filter((t) => allowed(t.name, options));
-  const clientTools = (options.tools ?? []).filter(isClientTool).filter((t) => allowed(t.name, options));
+  const agentTools = [...(options.tools ?? []).filter(isHttpTool).map((spec) => httpTool(spec)), ...(mcp?.tools ?? [])].filter((t) => allowed(t, options));
+  const clientTools = (options.tools ?? []).filter(isClientTool).filter((t) => allowed(t, options));
   const declared = (t: { name: string; description?: string | undefined; input_schema: unknown }) => ({
     name: t.name,
     ...(t.description ? { description: t.description } : {}),
     input_schema: t.input_schema,
   });
-  const offered = [...serverTools.filter((t) => allowed(String(t.name), options)), ...agentTools.map(declared), ...clientTools.map(declared)];
+  const offered = [...serverTools.filter((t) => allowed({ name: String(t.name) }, options)), ...agentTools.map(declared), ...clientTools.map(declared)];
   const byName = new Map<string, AgentTool>(agentTools.map((t) => [t.name, t]));
   const clientNames = new Set(clientTools.map((t) => t.name));
   const checkOutput = options.outputFormat ? structuredOutputCheck(options.outputFormat.schema) : undefined;
@@ -180,7 +182,12 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
       const calls = message.content.filter((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use');
       if (message.stop_reason === 'tool_use' && calls.length > 0) {
         const forClient = calls.filter((call) => clientNames.has(call.name));
-        const results = await Promise.all(calls.filter((call) => !clientNames.has(call.name)).map((call) => runTool(call, byName, input.signal, emit)));
+        const results = await runTools(
+          calls.filter((call) => !clientNames.has(call.name)),
+          byName,
+          input.signal,
+          emit,
+        );
         if (input.signal.aborted) return finish(stopped(), { error: stopReason() });
         if (forClient.length > 0) {
           // The client runs these: the run pauses here, holding nothing, until every result is back.
@@ -256,9 +263,13 @@ function closeToolCalls(conversation: Anthropic.MessageParam[]): Anthropic.Messa
   ];
 }
 
-/** Whether a tool may be offered: `disallowedTools` wins; `allowedTools`, when given, lists all that may be. */
-function allowed(name: string, options: SessionOptions): boolean {
-  const matches = (rule: string) => rule === name || (rule.startsWith('mcp__') && !rule.slice(5).includes('__') && name.startsWith(`${rule}__`));
+/**
+ * Whether a tool may be offered: `disallowedTools` wins; `allowedTools`, when given, lists all that may be. A rule is a
+ * tool's name, or `mcp__<server>` for every tool of that configured MCP server — matched by the server the tool came
+ * from, never by a name's prefix, so no other server's or tool's name can fall under it.
+ */
+function allowed(tool: { name: string; server?: string }, options: SessionOptions): boolean {
+  const matches = (rule: string) => rule === tool.name || (tool.server !== undefined && rule === mcpServerRule(tool.server));
   if (options.disallowedTools?.some(matches)) return false;
   return options.allowedTools === undefined || options.allowedTools.some(matches);
 }
@@ -341,17 +352,49 @@ function textOf(message: Anthropic.Message): string {
     .join('');
 }
 
-/** Runs one tool call; an unknown tool (never offered, or hallucinated) is an error result the model can read. */
+/**
+ * Runs one turn's gateway-side tool calls (docs/prompt.md, "Limits on tools"): at most MAX_PARALLEL_TOOL_CALLS at a
+ * time, the others waiting for a slot in the model's order, and only the first MAX_TOOL_CALLS_PER_TURN of them — each
+ * call beyond is answered with an `is_error` result saying so, without running. Results come back in the calls' order.
+ */
+async function runTools(
+  calls: Anthropic.ToolUseBlock[],
+  tools: Map<string, AgentTool>,
+  signal: AbortSignal,
+  emit: (event: RunEvent) => void,
+): Promise<Anthropic.ToolResultBlockParam[]> {
+  const results: Anthropic.ToolResultBlockParam[] = new Array(calls.length);
+  const refusal = {
+    content: `Not run: this turn asked for ${calls.length} tool calls, and at most ${MAX_TOOL_CALLS_PER_TURN} are run per turn; ask for this one again in a later turn`,
+    isError: true,
+  };
+  let next = 0;
+  const worker = async () => {
+    while (next < calls.length) {
+      const i = next++;
+      const call = calls[i]!;
+      results[i] = await runTool(call, tools, signal, emit, i < MAX_TOOL_CALLS_PER_TURN ? undefined : refusal);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(MAX_PARALLEL_TOOL_CALLS, calls.length) }, worker));
+  return results;
+}
+
+/**
+ * Runs one tool call, or answers it with `answer` without running it; an unknown tool (never offered, or hallucinated)
+ * is an error result the model can read.
+ */
 async function runTool(
   call: Anthropic.ToolUseBlock,
   tools: Map<string, AgentTool>,
   signal: AbortSignal,
   emit: (event: RunEvent) => void,
+  answer?: ToolOutcome,
 ): Promise<Anthropic.ToolResultBlockParam> {
   const tool = tools.get(call.name);
   const subtype = call.name.startsWith('mcp__') ? 'mcp' : 'http';
   emit({ type: 'tool_use', subtype, id: call.id, name: call.name, input: call.input });
-  const outcome = tool ? await tool.run(call.input, signal) : { content: `No tool named "${call.name}" is available in this run`, isError: true };
+  const outcome = answer ?? (tool ? await tool.run(call.input, signal) : { content: `No tool named "${call.name}" is available in this run`, isError: true });
   emit({ type: 'tool_result', subtype, tool_use_id: call.id, name: call.name, is_error: outcome.isError, text: outcome.content });
   return { type: 'tool_result', tool_use_id: call.id, content: outcome.content, ...(outcome.isError ? { is_error: true } : {}) };
 }

@@ -146,6 +146,11 @@ export const HTTP_TOOL_TIMEOUT_MS = 30_000;
  * Connecting, initializing and listing the tools of one MCP server, together: a server slower than that fails alone.
  */
 export const MCP_CONNECT_TIMEOUT_MS = 10_000;
+/**
+ * One call of an MCP server's tool, its answer read in full: the same 30 s as a remote HTTP tool's call
+ * (docs/prompt.md, "Limits on tools"), so a tool takes as long wherever it runs.
+ */
+export const MCP_TOOL_TIMEOUT_MS = HTTP_TOOL_TIMEOUT_MS;
 /** How long closing an MCP client waits for its server to end the session before it just drops the connection. */
 export const MCP_TERMINATE_TIMEOUT_MS = 1_000;
 

@@ -8,11 +8,13 @@ import type { SessionOptions } from '../../lambdas/agent/options.ts';
 import { INTERRUPTED, type RunEvent } from '../../lambdas/agent/result.ts';
 import { runAgentSegment, type RunOutcome } from '../../lambdas/agent/run.ts';
 import { TOOL_USER_AGENT } from '../../lambdas/agent/tools/http.ts';
+import { MAX_PARALLEL_TOOL_CALLS, MAX_TOOL_CALLS_PER_TURN } from '../../lambdas/agent/tools/limits.ts';
 import type { Caller } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { estimateInputTokens } from '../../lambdas/metering/estimate.ts';
 import { createDeveloper, createProject, setModelPricing } from '../../lambdas/registry/registry.ts';
+import { mcpServer } from '../support/tool-servers.ts';
 
 /**
  * The agent loop (lambdas/agent/run.ts) on its own: no gateway in front, the real metered call (metering/call.ts)
@@ -132,7 +134,12 @@ function answer(res: ServerResponse, next: Answer | undefined): void {
 // ——— The HTTP tools: an inline tool server ———
 
 const TEMPERATURES: Record<string, string> = { Paris: '18°C', Oslo: '7°C' };
-const tools = { calls: [] as { path: string; headers: IncomingHttpHeaders; body: unknown }[], onHang: (): void => undefined };
+const tools = {
+  calls: [] as { path: string; headers: IncomingHttpHeaders; body: unknown }[],
+  onHang: (): void => undefined,
+  /** A call to /held: the test answers it (by default at once). */
+  onHeld: (res: ServerResponse, body: { city?: string }): void => void res.end(`held ${body.city}`),
+};
 let toolServer: Server;
 let toolBase: string;
 /** A port nothing listens on: a tool there is refused at connect. */
@@ -155,6 +162,9 @@ function tool(req: IncomingMessage, res: ServerResponse, raw: string): void {
       return;
     case '/hang':
       tools.onHang();
+      return;
+    case '/held':
+      tools.onHeld(res, body);
       return;
     default:
       res.writeHead(404).end('no such tool');
@@ -232,6 +242,7 @@ beforeEach(() => {
   upstream.requests = [];
   tools.calls = [];
   tools.onHang = () => undefined;
+  tools.onHeld = (res, body) => void res.end(`held ${body.city}`);
 });
 
 // ——— Running the loop ———
@@ -756,5 +767,79 @@ describe("abort: the caller's signal", () => {
       model: MODEL,
       error: 'The run was stopped: the client went away',
     });
+  });
+});
+
+describe('tool calls per turn', () => {
+  it(`70 calls in one turn: the first ${MAX_TOOL_CALLS_PER_TURN} run, at most ${MAX_PARALLEL_TOOL_CALLS} at once; the rest are is_error results saying so`, async () => {
+    const asked = 70;
+    // The tool server holds each call until MAX_PARALLEL_TOOL_CALLS are in (the last batch: until every call that runs
+    // is in), so the most it ever holds at once is exactly what the gateway let run together.
+    let held: Array<{ res: ServerResponse; city: string }> = [];
+    let received = 0;
+    let most = 0;
+    tools.onHeld = (res, body) => {
+      held.push({ res, city: body.city ?? '' });
+      received++;
+      most = Math.max(most, held.length);
+      if (held.length === MAX_PARALLEL_TOOL_CALLS || received === MAX_TOOL_CALLS_PER_TURN) {
+        for (const h of held) h.res.end(`ok ${h.city}`);
+        held = [];
+      }
+    };
+    const calls = Array.from({ length: asked }, (_, i) => call(`toolu_${i}`, 'get_weather', { city: `c${i}` }));
+    upstream.answers = [
+      { content: calls, stop: 'tool_use', usage: { input_tokens: 100, output_tokens: 700 } },
+      { content: [text('Done.')], stop: 'end_turn', usage: { input_tokens: 900, output_tokens: 2 } },
+    ];
+    const out = await run('Weather everywhere?', { tools: [weatherTool('/held')] });
+
+    expect(most).toBe(MAX_PARALLEL_TOOL_CALLS);
+    expect(tools.calls).toHaveLength(MAX_TOOL_CALLS_PER_TURN);
+    const capped = `Not run: this turn asked for ${asked} tool calls, and at most ${MAX_TOOL_CALLS_PER_TURN} are run per turn; ask for this one again in a later turn`;
+    expect(requestBody(1).messages.at(-1)).toEqual({
+      role: 'user',
+      content: Array.from({ length: asked }, (_, i) =>
+        i < MAX_TOOL_CALLS_PER_TURN ? toolResult(`toolu_${i}`, `ok c${i}`) : toolResult(`toolu_${i}`, capped, true),
+      ),
+    });
+    expect(out.events.filter((e) => e.type === 'tool_result' && e.is_error)).toHaveLength(asked - MAX_TOOL_CALLS_PER_TURN);
+    // (100 + 10 × 700) + (900 + 10 × 2)
+    expect(out.result).toMatchObject({ subtype: 'success', text: 'Done.', total_cost_microdollars: 8_020, num_turns: 2 });
+    expect(await ledger(out.caller)).toEqual({ used: 8_020, reserved: 0, openHolds: 0 });
+  });
+});
+
+describe('allowedTools / disallowedTools and MCP servers', () => {
+  let mcp: Awaited<ReturnType<typeof mcpServer>>;
+  beforeAll(async () => {
+    mcp = await mcpServer();
+  });
+  afterAll(async () => {
+    await close(mcp?.server);
+  });
+
+  const offeredNames = () => (requestBody(0).tools as { name: string }[]).map((t) => t.name);
+
+  it('"mcp__a" covers the tools of the configured server "a" only: not a server "a__b", nor a tool merely named under it', async () => {
+    upstream.answers = [{ content: [text('Hi.')], stop: 'end_turn', usage: { input_tokens: 10, output_tokens: 1 } }];
+    const server = { type: 'http' as const, url: `${mcp.url}/mcp` };
+    const out = await run('Hi', {
+      mcpServers: { a: server, a__b: server },
+      tools: [weatherTool('/weather', 'mcp__a__lookalike')],
+      allowedTools: ['mcp__a'],
+    });
+    expect(offeredNames()).toEqual(['mcp__a__add', 'mcp__a__secret']);
+    expect(out.result.mcp_servers).toEqual([
+      { name: 'a', status: 'connected', tools: 2 },
+      { name: 'a__b', status: 'failed', tools: 0, error: 'server name must not contain "__", which separates the server from the tool' },
+    ]);
+  });
+
+  it('"mcp__a__b" in disallowedTools leaves nothing of a server "a__b" offered', async () => {
+    upstream.answers = [{ content: [text('Hi.')], stop: 'end_turn', usage: { input_tokens: 10, output_tokens: 1 } }];
+    const server = { type: 'http' as const, url: `${mcp.url}/mcp` };
+    await run('Hi', { mcpServers: { a__b: server, c: server }, disallowedTools: ['mcp__a__b', 'mcp__c__secret'] });
+    expect(offeredNames()).toEqual(['mcp__c__add']);
   });
 });

@@ -2,12 +2,13 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport, SseError } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { FetchLike, Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import { type CallToolResult, McpError, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { MAX_INVOCATION_SECONDS } from '../../config/env.ts';
-import { MCP_CONNECT_TIMEOUT_MS, MCP_TERMINATE_TIMEOUT_MS } from '../../config/timing.ts';
+import { MCP_CONNECT_TIMEOUT_MS, MCP_TERMINATE_TIMEOUT_MS, MCP_TOOL_TIMEOUT_MS } from '../../config/timing.ts';
 import { checkUrl } from '../../outbound/guard.ts';
-import { outboundFetch } from '../../outbound/fetch.ts';
 import { toolHeaders } from './headers.ts';
+import { MAX_MCP_TOOLS_PER_SERVER, MAX_TOOL_SCHEMA_BYTES, MAX_TOOL_SCHEMA_DEPTH, MCP_MAX_MESSAGE_BYTES, MCP_MAX_STREAM_BYTES } from './limits.ts';
+import { type McpAnswerTooLarge, cappedMcpFetch, type McpReadLimits } from './mcp-fetch.ts';
 import { mcpToolName, serverNameProblem, toolNameProblem } from './names.ts';
 import { cappedOutcome, DEFAULT_MAX_RESULT_BYTES, describeFailure } from './outcome.ts';
 import type { AgentTool, ToolOutcome } from './types.ts';
@@ -53,12 +54,53 @@ export interface McpConnection {
 const MAX_TOOL_PAGES = 50;
 
 /**
- * The fetch the transports use: the guarded outbound fetch with its total time-out stretched to the longest invocation.
- * The default (30 s, body included) suits one call, but the transports hold their event streams open for the whole
- * session (the SSE transport's GET stream carries every answer), and cutting it would end the session mid-run. Calls
- * are bounded instead by the SDK's request time-out and by close(), which aborts every stream.
+ * What the transports read of a server (mcp-fetch.ts, docs/prompt.md "Limits on tools"): every body capped, a POST that
+ * carries a request bounded like a tool call, body included. The streams the transports hold open for the session (the
+ * SSE transport's GET stream carries every answer) live as long as the longest invocation, since cutting one would end
+ * the session mid-run; close() aborts them.
  */
-const transportFetch: FetchLike = (url, init) => outboundFetch(url, init, { timeoutMs: MAX_INVOCATION_SECONDS * 1000 });
+export const MCP_READ_LIMITS: McpReadLimits = {
+  maxMessageBytes: MCP_MAX_MESSAGE_BYTES,
+  maxStreamBytes: MCP_MAX_STREAM_BYTES,
+  requestTimeoutMs: MCP_TOOL_TIMEOUT_MS,
+  streamTimeoutMs: MAX_INVOCATION_SECONDS * 1000,
+};
+
+/** The JSON-RPC error code of the answer that stands in for one cut at a limit ("server error" range). */
+const TOO_LARGE_CODE = -32_000;
+
+/**
+ * One server's connection as the capped fetch sees it: a body cut at a limit that answered a request fails that
+ * request at once (an error answer for its id is handed to the client, as if the server had sent it), so the call ends
+ * with the reason rather than waiting for its time-out; a cut stream that answered no request (the SSE transport's GET
+ * stream, which carries every answer) breaks the connection: it is closed, and every pending and later call fails
+ * with the reason.
+ */
+interface Link {
+  transport?: Transport;
+  client?: Client;
+  broken?: Error;
+}
+
+function linkFetch(link: Link, limits: McpReadLimits): FetchLike {
+  return cappedMcpFetch(limits, (err: McpAnswerTooLarge, ids) => {
+    if (ids.length > 0) {
+      for (const id of ids) {
+        link.transport?.onmessage?.({ jsonrpc: '2.0', id, error: { code: TOO_LARGE_CODE, message: err.message, data: { gatewayLimit: err.message } } });
+      }
+      return;
+    }
+    link.broken ??= new Error(`${err.message}; its connection was closed, so its tools cannot be called again in this run`);
+    queueMicrotask(() => void link.client?.close().catch(() => undefined));
+  });
+}
+
+/** The failure to report for `err`: the connection's break, or a limit's own words, or `err` itself. */
+function failureOf(err: unknown, link: Link): unknown {
+  if (link.broken) return link.broken;
+  const limit = err instanceof McpError ? (err.data as { gatewayLimit?: unknown } | undefined)?.gatewayLimit : undefined;
+  return typeof limit === 'string' ? new Error(limit) : err;
+}
 
 const CLIENT_INFO = { name: 'prompt-gateway-agent', version: '1.0.0' };
 
@@ -66,34 +108,49 @@ interface Connected {
   status: McpServerStatus;
   client?: Client;
   transport?: Transport;
+  link?: Link;
   tools: Tool[];
 }
 
-export async function connectMcpServers(
-  servers: Record<string, McpServerSpec>,
-  opts: { timeoutMs?: number; signal?: AbortSignal; maxResultBytes?: number } = {},
-): Promise<McpConnection> {
+export interface ConnectOptions {
+  /** Connecting, initializing and listing the tools of one server (default MCP_CONNECT_TIMEOUT_MS). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  /** The text of one tool result the model reads (default DEFAULT_MAX_RESULT_BYTES, as HTTP tools). */
+  maxResultBytes?: number;
+  /** One tool call, its answer read in full (default MCP_TOOL_TIMEOUT_MS, as HTTP tools). */
+  callTimeoutMs?: number;
+  /** What is read of the server's answers (default MCP_READ_LIMITS); tests lower it. */
+  limits?: Partial<McpReadLimits>;
+}
+
+export async function connectMcpServers(servers: Record<string, McpServerSpec>, opts: ConnectOptions = {}): Promise<McpConnection> {
   const timeoutMs = opts.timeoutMs ?? MCP_CONNECT_TIMEOUT_MS;
   const maxBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
-  const connected = await Promise.all(Object.entries(servers).map(([name, spec]) => connectOne(name, spec, timeoutMs, opts.signal)));
+  const callTimeoutMs = opts.callTimeoutMs ?? MCP_TOOL_TIMEOUT_MS;
+  const limits: McpReadLimits = { ...MCP_READ_LIMITS, requestTimeoutMs: callTimeoutMs, ...opts.limits };
+  const connected = await Promise.all(Object.entries(servers).map(([name, spec]) => connectOne(name, spec, { timeoutMs, limits }, opts.signal)));
 
   // Offered in the servers' order, so which of two clashing names wins does not depend on who answered first.
   const tools: AgentTool[] = [];
   const offeredBy = new Map<string, string>();
-  for (const { status, client, tools: listed } of connected) {
-    if (!client) continue;
+  for (const { status, client, link, tools: listed } of connected) {
+    if (!client || !link) continue;
     const secrets = Object.values(servers[status.name]?.headers ?? {});
     for (const tool of listed) {
       const name = mcpToolName(status.name, tool.name);
       const clash = offeredBy.get(name);
-      const problem = toolNameProblem(status.name, tool.name) ?? (clash === undefined ? undefined : `${name} is already offered by server "${clash}"`);
+      const problem =
+        toolNameProblem(status.name, tool.name) ??
+        schemaProblem(tool.inputSchema) ??
+        (clash === undefined ? undefined : `${name} is already offered by server "${clash}"`);
       if (problem) {
         status.skipped ??= [];
         status.skipped.push({ tool: tool.name, reason: problem });
         continue;
       }
       offeredBy.set(name, status.name);
-      tools.push(mcpTool(client, tool, name, maxBytes, secrets));
+      tools.push(mcpTool({ client, link, tool, name, server: status.name, maxBytes, timeoutMs: callTimeoutMs, secrets }));
       status.tools += 1;
     }
   }
@@ -106,7 +163,12 @@ export async function connectMcpServers(
   };
 }
 
-async function connectOne(name: string, spec: McpServerSpec, timeoutMs: number, signal?: AbortSignal): Promise<Connected> {
+async function connectOne(
+  name: string,
+  spec: McpServerSpec,
+  { timeoutMs, limits }: { timeoutMs: number; limits: McpReadLimits },
+  signal?: AbortSignal,
+): Promise<Connected> {
   const failed = (error: string): Connected => ({ status: { name, status: 'failed', tools: 0, error }, tools: [] });
   const nameProblem = serverNameProblem(name);
   if (nameProblem) return failed(nameProblem);
@@ -117,27 +179,30 @@ async function connectOne(name: string, spec: McpServerSpec, timeoutMs: number, 
   const connectSignal = signal ? AbortSignal.any([signal, deadline]) : deadline;
   let client: Client | undefined;
   let transport: Transport | undefined;
+  const link: Link = {};
   try {
     // Checked here too (the fetch checks again) so a refused URL fails with the guard's reason, not the SDK's wrapping.
     const url = checkUrl(spec.url);
-    const options = { fetch: transportFetch, requestInit: { headers: toolHeaders(spec.headers) } };
+    const options = { fetch: linkFetch(link, limits), requestInit: { headers: toolHeaders(spec.headers) } };
     transport = spec.type === 'http' ? new StreamableHTTPClientTransport(url, options) : new SSEClientTransport(url, options);
+    link.transport = transport;
     const c = new Client(CLIENT_INFO, { capabilities: {} });
     client = c;
+    link.client = c;
     const t = transport;
     // The SDK's own request time-out covers a request, not the transport's start (the SSE stream's endpoint event):
     // the race bounds the whole setup, and the signal stops the SDK's pending request when it is lost.
     const tools = await raceSignal(
       (async () => {
         await c.connect(t, { signal: connectSignal });
-        return c.getServerCapabilities()?.tools ? await listAllTools(c, connectSignal) : [];
+        return c.getServerCapabilities()?.tools ? await listAllTools(c, link, connectSignal) : [];
       })(),
       connectSignal,
     );
-    return { status: { name, status: 'connected', tools: 0 }, client, transport, tools };
+    return { status: { name, status: 'connected', tools: 0 }, client, transport, link, tools };
   } catch (err) {
     await closeServer({ client, transport });
-    const text = describeFailure(err, { timeoutMs, timedOut: deadline.aborted, aborted: signal?.aborted, secrets });
+    const text = describeFailure(failureOf(err, link), { timeoutMs, timedOut: deadline.aborted, aborted: signal?.aborted, secrets });
     const status = httpStatusOf(err);
     return failed(status === undefined ? text : `HTTP ${status}: ${text}`);
   }
@@ -149,14 +214,26 @@ function httpStatusOf(err: unknown): number | undefined {
   return code !== undefined && code >= 100 && code <= 599 ? code : undefined;
 }
 
-/** Every page of the server's tool list (`nextCursor`), stopping at a cursor seen before. */
-async function listAllTools(client: Client, signal: AbortSignal): Promise<Tool[]> {
+/**
+ * Every page of the server's tool list (`nextCursor`), stopping at a cursor seen before. A list longer than
+ * MAX_MCP_TOOLS_PER_SERVER, or a page too large to read, fails the server with that reason.
+ */
+async function listAllTools(client: Client, link: Link, signal: AbortSignal): Promise<Tool[]> {
   const tools: Tool[] = [];
   const cursors = new Set<string>();
   let cursor: string | undefined;
   for (let page = 0; page < MAX_TOOL_PAGES; page++) {
-    const result = await client.listTools(cursor === undefined ? undefined : { cursor }, { signal });
+    let result: Awaited<ReturnType<Client['listTools']>>;
+    try {
+      result = await client.listTools(cursor === undefined ? undefined : { cursor }, { signal });
+    } catch (err) {
+      const failure = failureOf(err, link);
+      throw failure === err ? err : new Error(`tools/list: ${(failure as Error).message}`);
+    }
     tools.push(...result.tools);
+    if (tools.length > MAX_MCP_TOOLS_PER_SERVER) {
+      throw new Error(`tools/list: the server lists more than ${MAX_MCP_TOOLS_PER_SERVER} tools, the most one server may offer`);
+    }
     cursor = result.nextCursor;
     if (cursor === undefined || cursors.has(cursor)) break;
     cursors.add(cursor);
@@ -164,21 +241,61 @@ async function listAllTools(client: Client, signal: AbortSignal): Promise<Tool[]
   return tools;
 }
 
-function mcpTool(client: Client, tool: Tool, name: string, maxBytes: number, secrets: string[]): AgentTool {
+/**
+ * Why a tool's `input_schema` cannot be offered, or undefined if it can: nested deeper than MAX_TOOL_SCHEMA_DEPTH (a
+ * schema thousands of levels deep cannot even be written into the model's request), or larger than
+ * MAX_TOOL_SCHEMA_BYTES as JSON. The depth is measured with an explicit stack, stopping at the limit.
+ */
+export function schemaProblem(schema: unknown): string | undefined {
+  const stack: Array<{ value: unknown; depth: number }> = [{ value: schema, depth: 1 }];
+  while (stack.length > 0) {
+    const { value, depth } = stack.pop()!;
+    if (value === null || typeof value !== 'object') continue;
+    if (depth > MAX_TOOL_SCHEMA_DEPTH) return `input_schema nests deeper than ${MAX_TOOL_SCHEMA_DEPTH} levels`;
+    for (const child of Object.values(value)) if (child !== null && typeof child === 'object') stack.push({ value: child, depth: depth + 1 });
+  }
+  const bytes = Buffer.byteLength(JSON.stringify(schema) ?? '');
+  return bytes > MAX_TOOL_SCHEMA_BYTES ? `input_schema is ${bytes} bytes of JSON, more than ${MAX_TOOL_SCHEMA_BYTES}` : undefined;
+}
+
+interface ToolOf {
+  client: Client;
+  link: Link;
+  tool: Tool;
+  name: string;
+  server: string;
+  maxBytes: number;
+  timeoutMs: number;
+  secrets: string[];
+}
+
+function mcpTool({ client, link, tool, name, server, maxBytes, timeoutMs, secrets }: ToolOf): AgentTool {
   return {
     name,
+    server,
     ...(tool.description !== undefined && { description: tool.description }),
     input_schema: tool.inputSchema as Record<string, unknown>,
     async run(input: unknown, signal: AbortSignal): Promise<ToolOutcome> {
       if (input !== undefined && (typeof input !== 'object' || input === null || Array.isArray(input))) {
         return { content: 'the tool input must be a JSON object', isError: true };
       }
+      // The same deadline as an HTTP tool's, answer included: our own, so a time-out is told apart from the run's abort.
+      const deadline = AbortSignal.timeout(timeoutMs);
+      const callSignal = AbortSignal.any([signal, deadline]);
       try {
-        // No time-out of our own: the SDK's request time-out (60 s by default) bounds a call, the run's signal stops it.
-        const result = await client.callTool({ name: tool.name, arguments: (input ?? {}) as Record<string, unknown> }, undefined, { signal });
+        if (link.broken) throw link.broken;
+        const call = client.callTool({ name: tool.name, arguments: (input ?? {}) as Record<string, unknown> }, undefined, {
+          signal: callSignal,
+          // The SDK's own request time-out only backs ours up.
+          timeout: timeoutMs + 1_000,
+        });
+        const result = await raceSignal(call, callSignal);
         return cappedOutcome(resultText(result), result.isError === true, maxBytes);
       } catch (err) {
-        return { content: describeFailure(err, { aborted: signal.aborted, secrets }), isError: true };
+        return {
+          content: describeFailure(failureOf(err, link), { timeoutMs, timedOut: deadline.aborted, aborted: signal.aborted, secrets }),
+          isError: true,
+        };
       }
     },
   };

@@ -6,21 +6,29 @@
 export const TOOL_NAME = /^[a-zA-Z0-9_-]{1,128}$/;
 
 const MCP_PREFIX = 'mcp__';
-const MCP_SEPARATOR = '__';
+/** Between an MCP tool's server and tool names; a server name may not contain it (agent/options.ts). */
+export const MCP_SEPARATOR = '__';
 
 /** The name an MCP server's tool is offered under (the convention Claude Code uses too). */
 export function mcpToolName(server: string, tool: string): string {
   return `${MCP_PREFIX}${server}${MCP_SEPARATOR}${tool}`;
 }
 
+/** The `allowedTools` / `disallowedTools` rule that covers every tool of a configured MCP server: `mcp__<server>`. */
+export function mcpServerRule(server: string): string {
+  return `${MCP_PREFIX}${server}`;
+}
+
 /**
  * Why a server name cannot prefix tool names, or undefined if it can. Checked once per server so a bad name fails
  * that server with one clear reason instead of skipping every tool it has: it must use only the allowed characters
- * and leave room for at least a one-character tool name within the 128.
+ * and leave room for at least a one-character tool name within the 128, and must not contain the separator (`__`): the
+ * tools of `a__b` would read as server `a`'s.
  */
 export function serverNameProblem(server: string): string | undefined {
   const longest = 128 - MCP_PREFIX.length - MCP_SEPARATOR.length - 1;
   if (!/^[a-zA-Z0-9_-]+$/.test(server)) return 'server name must use only letters, digits, "_" and "-"';
+  if (server.includes(MCP_SEPARATOR)) return `server name must not contain "${MCP_SEPARATOR}", which separates the server from the tool`;
   if (server.length > longest) return `server name is longer than ${longest} characters`;
   return undefined;
 }

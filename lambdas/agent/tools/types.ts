@@ -13,6 +13,8 @@ export interface ToolOutcome {
 export interface AgentTool {
   /** The name offered to the model (MCP: `mcp__<server>__<tool>`). */
   name: string;
+  /** The configured MCP server it comes from (an MCP tool only): what an `mcp__<server>` rule matches. */
+  server?: string;
   description?: string;
   input_schema: Record<string, unknown>;
   /** Never throws: every failure (refused URL, time-out, HTTP error, abort) is an `isError` outcome. */

@@ -6,9 +6,11 @@ import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { connectMcpServers, type McpConnection, type McpServerSpec } from '../../../lambdas/agent/tools/mcp.ts';
+import { MAX_MCP_TOOLS_PER_SERVER, MAX_TOOL_SCHEMA_BYTES, MAX_TOOL_SCHEMA_DEPTH, MCP_MAX_MESSAGE_BYTES } from '../../../lambdas/agent/tools/limits.ts';
+import { connectMcpServers, type McpConnection, type McpServerSpec, schemaProblem } from '../../../lambdas/agent/tools/mcp.ts';
+import { HTTP_TOOL_TIMEOUT_MS, MCP_TOOL_TIMEOUT_MS } from '../../../lambdas/config/timing.ts';
 import { resetInstanceState } from '../../../lambdas/instance/state.ts';
-import { streamableMcpHandler } from '../../support/mcp.ts';
+import { flood, interceptingMcpHandler, streamableMcpHandler } from '../../support/mcp.ts';
 
 /**
  * connectMcpServers against the SDK's own servers, started here on 127.0.0.1 (loopback let through by
@@ -305,5 +307,228 @@ describe('one server failing does not fail the others', () => {
   it('no servers, no tools', async () => {
     const c = await connect({});
     expect(c).toMatchObject({ tools: [], servers: [] });
+  });
+});
+
+/**
+ * What the gateway reads of an MCP server is capped beneath the SDK (tools/mcp-fetch.ts, docs/prompt.md "Limits on
+ * tools"): a JSON body at MCP_MAX_MESSAGE_BYTES, an event stream at that much per event. The server here is the SDK's
+ * own McpServer, with a few answers written by the test itself — what the SDK's server could not send: 50 MB of one
+ * tool result, as JSON or as one endless SSE event, and tool lists too long, too large, or with absurd schemas.
+ * Each flood records how many bytes the server managed to hand to its socket before the gateway closed it.
+ */
+describe('limits on what is read of a server', () => {
+  const FLOOD_BYTES = 50 * 1024 * 1024;
+  let server: HttpServer;
+  let url: string;
+  const floods: Array<{ sent: () => number; done: Promise<void> }> = [];
+  /** The tool list the next tools/list is answered with (undefined: the SDK server's own). */
+  let list: { text: string } | undefined;
+
+  const deepSchemaText = (levels: number) => `${'{"type":"object","properties":{"a":'.repeat(levels)}{"type":"string"}${'}}'.repeat(levels)}`;
+
+  beforeAll(async () => {
+    const built = () => {
+      const s = new McpServer({ name: 'floods', version: '1.0.0' });
+      for (const name of ['flood_sse', 'flood_json', 'slow'])
+        s.registerTool(name, { description: name }, async () => ({ content: [{ type: 'text', text: 'unreached' }] }));
+      s.registerTool('echo', { description: 'Echoes', inputSchema: { text: z.string() } }, async ({ text }) => ({ content: [{ type: 'text', text }] }));
+      return s;
+    };
+    const handler = interceptingMcpHandler(built, (message, res) => {
+      const id = JSON.stringify(message.id);
+      if (message.method === 'tools/list' && list) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end(`{"jsonrpc":"2.0","id":${id},"result":${list.text}}`);
+        return true;
+      }
+      if (message.method !== 'tools/call') return false;
+      const prefix = `{"jsonrpc":"2.0","id":${id},"result":{"content":[{"type":"text","text":"`;
+      switch (message.params?.name) {
+        case 'flood_sse':
+          // One event that goes on for 50 MB (and would end there, a valid answer, were it all read).
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          floods.push(flood(res, { prefix: `event: message\ndata: ${prefix}`, total: FLOOD_BYTES, suffix: '"}]}}\n\n' }));
+          return true;
+        case 'flood_json':
+          res.writeHead(200, { 'content-type': 'application/json' });
+          floods.push(flood(res, { prefix, total: FLOOD_BYTES, suffix: '"}]}}' }));
+          return true;
+        case 'slow':
+          return true; // never answered
+        default:
+          return false;
+      }
+    });
+    ({ http: server, url } = await listen(handler, '/mcp'));
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  const floods$ = (): McpServerSpec => ({ type: 'http', url, headers: { authorization: TOKEN } });
+  const toolOf = (c: McpConnection, name: string) => c.tools.find((t) => t.name === `mcp__floods__${name}`)!;
+
+  it('one endless SSE event: an is_error result naming the limit, at once, after reading about 4 MiB of it', async () => {
+    const c = await connect({ floods: floods$() });
+    const rss = process.memoryUsage().rss;
+    const started = Date.now();
+    const out = await toolOf(c, 'flood_sse').run({}, signal());
+    expect(out).toEqual({
+      content: `the server sent a message larger than ${MCP_MAX_MESSAGE_BYTES} bytes, the most the gateway reads of one MCP message`,
+      isError: true,
+    });
+    expect(Date.now() - started).toBeLessThan(MCP_TOOL_TIMEOUT_MS);
+    await floods.at(-1)!.done;
+    // What the server got into its socket: the cap, plus what the kernel's socket buffers held.
+    expect(floods.at(-1)!.sent()).toBeLessThan(MCP_MAX_MESSAGE_BYTES + 12 * 1024 * 1024);
+    expect(process.memoryUsage().rss - rss).toBeLessThan(64 * 1024 * 1024);
+    // The connection is still usable: only that call failed.
+    expect(await toolOf(c, 'echo').run({ text: 'still here' }, signal())).toEqual({ content: 'still here', isError: false });
+  });
+
+  it('five 50 MB JSON answers at once: five is_error results, each read to the cap and no further', async () => {
+    const c = await connect({ floods: floods$() });
+    const before = floods.length;
+    const rss = process.memoryUsage().rss;
+    const outs = await Promise.all(Array.from({ length: 5 }, () => toolOf(c, 'flood_json').run({}, signal())));
+    for (const out of outs) expect(out).toEqual({ content: expect.stringContaining(`larger than ${MCP_MAX_MESSAGE_BYTES} bytes`), isError: true });
+    const mine = floods.slice(before);
+    expect(mine).toHaveLength(5);
+    await Promise.all(mine.map((f) => f.done));
+    for (const f of mine) expect(f.sent()).toBeLessThan(MCP_MAX_MESSAGE_BYTES + 12 * 1024 * 1024);
+    expect(process.memoryUsage().rss - rss).toBeLessThan(128 * 1024 * 1024);
+  });
+
+  it('a call the server never answers: an is_error result at the call time-out', async () => {
+    const c = await connect({ floods: floods$() }, { callTimeoutMs: 400 });
+    const started = Date.now();
+    expect(await toolOf(c, 'slow').run({}, signal())).toEqual({ content: 'timed out after 400 ms', isError: true });
+    expect(Date.now() - started).toBeLessThan(3_000);
+  });
+
+  it('the default call time-out is an HTTP tool’s', () => {
+    expect(MCP_TOOL_TIMEOUT_MS).toBe(HTTP_TOOL_TIMEOUT_MS);
+    expect(MCP_TOOL_TIMEOUT_MS).toBe(30_000);
+  });
+
+  describe('tool lists', () => {
+    afterAll(() => {
+      list = undefined;
+    });
+
+    it('a tools/list answer over the cap fails the server with the reason', async () => {
+      list = { text: JSON.stringify({ tools: [{ name: 'big', description: 'd'.repeat(MCP_MAX_MESSAGE_BYTES), inputSchema: { type: 'object' } }] }) };
+      const c = await connect({ floods: floods$(), calc: calc() });
+      expect(c.servers[0]).toEqual({
+        name: 'floods',
+        status: 'failed',
+        tools: 0,
+        error: `tools/list: the server sent a message larger than ${MCP_MAX_MESSAGE_BYTES} bytes, the most the gateway reads of one MCP message`,
+      });
+      expect(c.servers[1]!.status).toBe('connected');
+    });
+
+    it(`more than ${MAX_MCP_TOOLS_PER_SERVER} tools fails the server with the reason`, async () => {
+      const tools = Array.from({ length: MAX_MCP_TOOLS_PER_SERVER + 1 }, (_, i) => ({ name: `t${i}`, inputSchema: { type: 'object' } }));
+      list = { text: JSON.stringify({ tools }) };
+      const c = await connect({ floods: floods$() });
+      expect(c.servers[0]).toEqual({
+        name: 'floods',
+        status: 'failed',
+        tools: 0,
+        error: `tools/list: the server lists more than ${MAX_MCP_TOOLS_PER_SERVER} tools, the most one server may offer`,
+      });
+      list = { text: JSON.stringify({ tools: tools.slice(1) }) };
+      expect((await connect({ floods: floods$() })).servers[0]).toEqual({ name: 'floods', status: 'connected', tools: MAX_MCP_TOOLS_PER_SERVER });
+    });
+
+    it('a schema 5,000 levels deep, or too large, is skipped with the reason; the other tools are offered', async () => {
+      const big = {
+        type: 'object',
+        properties: Object.fromEntries(Array.from({ length: 2_000 }, (_, i) => [`p${i}`, { type: 'string', description: 'x'.repeat(30) }])),
+      };
+      // Exactly MAX_TOOL_SCHEMA_DEPTH levels: the object, then 31 × (schema, properties), then the innermost schema.
+      const edge = { type: 'object', x: JSON.parse(deepSchemaText(MAX_TOOL_SCHEMA_DEPTH / 2 - 1)) as unknown };
+      list = {
+        text: `{"tools":[{"name":"deep","inputSchema":${deepSchemaText(5_000)}},{"name":"big","inputSchema":${JSON.stringify(big)}},{"name":"edge","inputSchema":${JSON.stringify(edge)}},{"name":"fine","inputSchema":{"type":"object"}}]}`,
+      };
+      const c = await connect({ floods: floods$() });
+      expect(c.servers[0]).toEqual({
+        name: 'floods',
+        status: 'connected',
+        tools: 2,
+        skipped: [
+          { tool: 'deep', reason: `input_schema nests deeper than ${MAX_TOOL_SCHEMA_DEPTH} levels` },
+          { tool: 'big', reason: `input_schema is ${Buffer.byteLength(JSON.stringify(big))} bytes of JSON, more than ${MAX_TOOL_SCHEMA_BYTES}` },
+        ],
+      });
+      expect(c.tools.map((t) => t.name)).toEqual(['mcp__floods__edge', 'mcp__floods__fine']);
+      expect(schemaProblem(edge)).toBeUndefined();
+      expect(schemaProblem({ wrap: edge })).toBe(`input_schema nests deeper than ${MAX_TOOL_SCHEMA_DEPTH} levels`);
+    });
+  });
+});
+
+describe('limits over the older SSE transport, whose one stream carries every answer', () => {
+  it('an endless event on that stream closes the connection: the pending call and every later one fail with the reason', async () => {
+    let stream: ServerResponse | undefined;
+    let sent: { sent: () => number; done: Promise<void> } | undefined;
+    const sessions = new Map<string, SSEServerTransport>();
+    const s = await listen((req, res) => {
+      const u = new URL(req.url ?? '/', 'http://x');
+      void (async () => {
+        if (req.method === 'GET') {
+          const transport = new SSEServerTransport('/messages', res);
+          sessions.set(transport.sessionId, transport);
+          stream = res;
+          await pagedServer().connect(transport);
+          return;
+        }
+        const transport = sessions.get(u.searchParams.get('sessionId') ?? '')!;
+        const chunks: Buffer[] = [];
+        for await (const c of req) chunks.push(c as Buffer);
+        const message = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id?: number; method?: string };
+        if (message.method === 'tools/call') {
+          res.writeHead(202).end('Accepted');
+          sent = flood(stream!, {
+            prefix: `event: message\ndata: {"jsonrpc":"2.0","id":${message.id},"result":{"content":[{"type":"text","text":"`,
+            total: 50 * 1024 * 1024,
+          });
+          return;
+        }
+        await transport.handlePostMessage(req, res, message);
+      })().catch(() => res.headersSent || res.writeHead(500).end());
+    }, '/sse');
+    try {
+      const c = await connect({ paged: { type: 'sse', url: s.url, headers: { authorization: TOKEN } } });
+      expect(c.servers[0]!.status).toBe('connected');
+      const reason = `the server sent a message larger than ${MCP_MAX_MESSAGE_BYTES} bytes, the most the gateway reads of one MCP message; its connection was closed, so its tools cannot be called again in this run`;
+      const started = Date.now();
+      expect(await c.tools[0]!.run({ text: 'hi' }, signal())).toEqual({ content: reason, isError: true });
+      expect(Date.now() - started).toBeLessThan(MCP_TOOL_TIMEOUT_MS);
+      await sent!.done;
+      expect(sent!.sent()).toBeLessThan(MCP_MAX_MESSAGE_BYTES + 12 * 1024 * 1024);
+      expect(await c.tools[1]!.run({ text: 'again' }, signal())).toEqual({ content: reason, isError: true });
+    } finally {
+      s.http.closeAllConnections();
+      await new Promise((resolve) => s.http.close(resolve));
+    }
+  });
+});
+
+describe('server names', () => {
+  it('a name containing "__" is failed without a connection: its tools would read as another server’s', async () => {
+    const before = streamable.auth.length;
+    const c = await connect({ a__b: calc() });
+    expect(c.servers).toEqual([
+      { name: 'a__b', status: 'failed', tools: 0, error: 'server name must not contain "__", which separates the server from the tool' },
+    ]);
+    expect(streamable.auth.length).toBe(before);
+  });
+
+  it('each tool knows the server it came from (what an mcp__<server> rule matches)', async () => {
+    const c = await connect({ calc: calc() });
+    expect(c.tools.map((t) => t.server)).toEqual(['calc', 'calc', 'calc', 'calc']);
   });
 });
