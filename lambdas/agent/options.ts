@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { TOOL_NAME } from './tools/names.ts';
+import { MCP_SEPARATOR, TOOL_NAME } from './tools/names.ts';
 
 /**
  * The options of an agent run, the one schema `/prompt` validates (and `/incubate` and `/ws` reuse): every option of
@@ -7,7 +7,57 @@ import { TOOL_NAME } from './tools/names.ts';
  * (docs/prompt.md, "Options").
  */
 
-const Headers = z.record(z.string(), z.string({ error: 'header values must be strings' }));
+/**
+ * Keys that are not plain data: assigning them to an object changes its prototype (`__proto__`) or shadows what every
+ * object inherits (`constructor`, `prototype`), so a record keyed by one — a server named `__proto__` — would be
+ * silently dropped or misread when the options are copied. Refused as names and header names (docs/prompt.md,
+ * "Options").
+ */
+const NOT_DATA_KEYS: ReadonlySet<string> = new Set(['__proto__', 'constructor', 'prototype']);
+const notDataKey = (what: string) => (key: string) =>
+  `${JSON.stringify(key)} is not allowed as ${what}: it is not a plain data key (it would set or shadow an object's prototype)`;
+
+/**
+ * A record whose key failures say what is wrong with the key (zod's own says only "Invalid key in record"); its other
+ * failures say `shape`.
+ */
+function recordError(shape: string): z.core.$ZodErrorMap {
+  return (issue) => (issue.code === 'invalid_key' ? (issue.issues[0]?.message ?? shape) : shape);
+}
+
+const HeaderName = z.string().refine((key) => !NOT_DATA_KEYS.has(key), { error: (issue) => notDataKey('a header name')(String(issue.input)) });
+const Headers = z.record(HeaderName, z.string({ error: 'header values must be strings' }), {
+  error: recordError('headers must be an object of header names and string values'),
+});
+
+/**
+ * The path of the first `__proto__` key anywhere in `value`, or undefined. JSON.parse keeps such a key as an own
+ * property, but copying the value (as zod's parse does) assigns it, which sets the copy's prototype instead: whatever
+ * it held would be lost or, worse, inherited. Walked with an explicit stack (the body's nesting is bounded, but this
+ * runs on client data).
+ */
+function protoKeyPath(value: unknown): (string | number)[] | undefined {
+  const stack: { value: unknown; path: (string | number)[] }[] = [{ value, path: [] }];
+  while (stack.length > 0) {
+    const next = stack.pop()!;
+    if (next.value === null || typeof next.value !== 'object') continue;
+    const array = Array.isArray(next.value);
+    for (const key of Object.keys(next.value)) {
+      if (key === '__proto__') return [...next.path, key];
+      stack.push({ value: (next.value as Record<string, unknown>)[key], path: [...next.path, array ? Number(key) : key] });
+    }
+  }
+  return undefined;
+}
+
+/** `schema`, refusing a `__proto__` key anywhere in the value (with its path) before it is parsed, and so copied. */
+function plainData<S extends z.ZodType>(schema: S) {
+  return z.preprocess((value, ctx) => {
+    const path = protoKeyPath(value);
+    if (path) ctx.addIssue({ code: 'custom', path, message: notDataKey('a key')('__proto__') });
+    return value;
+  }, schema);
+}
 
 /** A remote HTTP tool the gateway runs: the input is POSTed as JSON to `url`, the response text is the result. */
 const HttpTool = z.strictObject({
@@ -97,16 +147,26 @@ const McpServer = z.unknown().transform((value, ctx) => {
   return parseWithin(RemoteMcpServer, server, ctx);
 });
 
+/**
+ * An MCP server's name: it prefixes its tools' names (`mcp__<server>__<tool>`), so it follows the tool-name rule, and
+ * it may not contain `__`, the separator — `a__b`'s tools would read as server `a`'s, and `allowedTools` /
+ * `disallowedTools` could not tell the two apart.
+ */
+const McpServerName = z
+  .string()
+  .regex(TOOL_NAME, 'MCP server names are 1–128 letters, digits, "_" or "-"')
+  .refine((name) => !NOT_DATA_KEYS.has(name), { error: (issue) => notDataKey('an MCP server name')(String(issue.input)) })
+  .refine((name) => !name.includes(MCP_SEPARATOR), {
+    error: (issue) =>
+      `MCP server name ${JSON.stringify(issue.input)} contains "__", which separates the server from the tool in mcp__<server>__<tool>: allowedTools and disallowedTools could not tell its tools from another server's`,
+  });
+
 function optionsSchema(clientTools: boolean) {
   return z.strictObject({
     model: z.string().min(1, 'model must not be empty').optional(),
     systemPrompt: z.string().optional(),
-    tools: z.array(toolSchema(clientTools), { error: 'tools must be an array' }).optional(),
-    mcpServers: z
-      .record(z.string().regex(TOOL_NAME, 'MCP server names are 1–128 letters, digits, "_" or "-"'), McpServer, {
-        error: 'mcpServers must be an object of named servers',
-      })
-      .optional(),
+    tools: plainData(z.array(toolSchema(clientTools), { error: 'tools must be an array' })).optional(),
+    mcpServers: plainData(z.record(McpServerName, McpServer, { error: recordError('mcpServers must be an object of named servers') })).optional(),
     allowedTools: z.array(z.string(), { error: 'allowedTools must be an array of tool names' }).optional(),
     disallowedTools: z.array(z.string(), { error: 'disallowedTools must be an array of tool names' }).optional(),
     maxTurns: z
@@ -126,12 +186,12 @@ function optionsSchema(clientTools: boolean) {
       .min(1_024, 'maxThinkingTokens must be at least 1024 (the smallest thinking budget models accept)')
       .max(128_000, 'maxThinkingTokens must be at most 128000')
       .optional(),
-    outputFormat: z
-      .strictObject({
+    outputFormat: plainData(
+      z.strictObject({
         type: z.literal('json_schema', { error: 'outputFormat.type must be "json_schema"' }),
         schema: z.record(z.string(), z.unknown(), { error: 'outputFormat.schema must be a JSON Schema object' }),
-      })
-      .optional(),
+      }),
+    ).optional(),
   });
 }
 
