@@ -19,7 +19,7 @@ export const GATEWAY_METRICS = {
   VesselTriggers: { unit: MetricUnit.Count, meaning: 'One per run-queue message the vessel executor handled (started, put back, waited or dropped)' },
   VesselsReconciled: {
     unit: MetricUnit.Count,
-    meaning: 'Vessels one reconciler run acted on (re-driven, retried, failed, canceled, handed off); 0 when every vessel moved on its own',
+    meaning: 'Vessels one reconciler run acted on (re-driven, failed, canceled, handed off); 0 when every vessel moved on its own',
   },
   WebhookAttempts: { unit: MetricUnit.Count, meaning: 'One per webhook delivery attempt (a POST to a callback URL, whatever came of it)' },
   WebhooksFailed: {
