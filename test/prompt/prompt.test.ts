@@ -7,7 +7,8 @@ import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { SseDecoder } from '../../lambdas/streaming/sse.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
-import { mcpServer, toolServer } from '../support/tool-servers.ts';
+import { MAX_PARALLEL_TOOL_CALLS, MAX_TOOL_CALLS_PER_TURN, MAX_TOOL_SCHEMA_DEPTH } from '../../lambdas/agent/tools/limits.ts';
+import { absurdMcpServer, countingToolServer, mcpServer, toolServer } from '../support/tool-servers.ts';
 
 /**
  * POST /prompt against the local runtime, the simulated upstreams (scripted conversations: `[[N> …]]` applies on turn
@@ -381,5 +382,109 @@ describe('a client that leaves', () => {
       await expect.poll(async () => liveLeases(gw.developerId), { timeout: 3_000, interval: 50 }).toEqual([]);
     }
     expect((await fetch(`${gw.url}/health`)).status).toBe(200);
+  });
+});
+
+/**
+ * The limits on tools (docs/prompt.md, "Limits on tools"), end to end: the simulated model asks for 300 tool calls in
+ * one turn, an MCP server offers a tool whose schema no request could carry, and options name servers and keys that
+ * would blur or lose what they configure.
+ */
+describe('limits on tools', () => {
+  it(`300 tool calls in one turn: ${MAX_TOOL_CALLS_PER_TURN} run, never more than ${MAX_PARALLEL_TOOL_CALLS} calls at once to the tool host; the rest are is_error`, async () => {
+    const counting = await countingToolServer({ together: MAX_PARALLEL_TOOL_CALLS, total: MAX_TOOL_CALLS_PER_TURN });
+    try {
+      const u = await user();
+      const asked = 300;
+      const directives = Array.from({ length: asked }, (_, n) => `[[1> tool:count {"n":${n}}]]`).join(' ');
+      const answer = await run(u.token, `Count ${directives}`, {
+        tools: [
+          { name: 'count', description: 'Counts', input_schema: { type: 'object', properties: { n: { type: 'number' } } }, url: `${counting.url}/count` },
+        ],
+      });
+      expect(answer.result).toMatchObject({ subtype: 'success', num_turns: 2 });
+      expect(counting.stats).toMatchObject({ calls: MAX_TOOL_CALLS_PER_TURN, maxInFlight: MAX_PARALLEL_TOOL_CALLS });
+      // Sockets: a call's socket goes back to the pool a moment after its answer is read, while the next call starts at
+      // once, so the pool grows once to a second set (16 sockets on every run measured), then reuses them.
+      expect(counting.stats.maxSockets).toBeLessThanOrEqual(2 * MAX_PARALLEL_TOOL_CALLS);
+      const results = answer.messages.filter((m) => m.type === 'tool_result');
+      expect(results).toHaveLength(asked);
+      expect(results.filter((m) => m.is_error === false).map((m) => m.text)).toEqual(Array.from({ length: MAX_TOOL_CALLS_PER_TURN }, (_, n) => `counted ${n}`));
+      expect(results.filter((m) => m.is_error === true).map((m) => m.text)).toEqual(
+        Array.from(
+          { length: asked - MAX_TOOL_CALLS_PER_TURN },
+          () =>
+            `Not run: this turn asked for ${asked} tool calls, and at most ${MAX_TOOL_CALLS_PER_TURN} are run per turn; ask for this one again in a later turn`,
+        ),
+      );
+      expect((await u.usage()).used.ai).toBe(answer.result.total_cost_microdollars);
+    } finally {
+      counting.server.closeAllConnections();
+      counting.server.close();
+    }
+  });
+
+  it('an MCP tool whose input_schema nests 5,000 levels is skipped with the reason; the run goes on with the others and nothing stays held', async () => {
+    const absurd = await absurdMcpServer();
+    try {
+      const u = await user();
+      gw.upstreams.anthropic!.requests.length = 0;
+      const answer = await run(u.token, 'Add [[1> tool:mcp__absurd__add {"a":2,"b":3}]]', {
+        mcpServers: { absurd: { type: 'http', url: `${absurd.url}/mcp` } },
+      });
+      expect(answer.result).toMatchObject({ subtype: 'success', text: 'Tool results: 5' });
+      expect(answer.result.mcp_servers).toEqual([
+        {
+          name: 'absurd',
+          status: 'connected',
+          tools: 1,
+          skipped: [{ tool: 'deep', reason: `input_schema nests deeper than ${MAX_TOOL_SCHEMA_DEPTH} levels` }],
+        },
+      ]);
+      expect((gw.upstreams.anthropic!.requests[0]!.body as { tools: { name: string }[] }).tools.map((t) => t.name)).toEqual(['mcp__absurd__add']);
+      const usage = await u.usage();
+      expect({ used: usage.used.ai, reserved: usage.reserved.ai, openHolds: usage.openHolds }).toEqual({
+        used: answer.result.total_cost_microdollars,
+        reserved: 0,
+        openHolds: 0,
+      });
+    } finally {
+      absurd.server.closeAllConnections();
+      absurd.server.close();
+    }
+  });
+
+  it('options naming an MCP server with "__", or keys that are not plain data: 400 naming the path, before any run', async () => {
+    const token = (await user()).token;
+    const server = { type: 'http', url: `${mcp.url}/mcp` };
+    const notData = "is not a plain data key (it would set or shadow an object's prototype)";
+    const cases: [string, string][] = [
+      [
+        JSON.stringify({ mcpServers: { a__b: server } }),
+        'options.mcpServers.a__b: MCP server name "a__b" contains "__", which separates the server from the tool in mcp__<server>__<tool>: allowedTools and disallowedTools could not tell its tools from another server\'s',
+      ],
+      [`{"mcpServers":{"__proto__":${JSON.stringify(server)}}}`, `options.mcpServers.__proto__: "__proto__" is not allowed as a key: it ${notData}`],
+      [
+        `{"mcpServers":{"constructor":${JSON.stringify(server)}}}`,
+        `options.mcpServers.constructor: "constructor" is not allowed as an MCP server name: it ${notData}`,
+      ],
+      [
+        `{"tools":[{"name":"t","input_schema":{"type":"object"},"url":"${tools.url}/weather","headers":{"prototype":"x"}}]}`,
+        `options.tools.0.headers.prototype: "prototype" is not allowed as a header name: it ${notData}`,
+      ],
+      [
+        `{"tools":[{"name":"t","input_schema":{"type":"object","properties":{"__proto__":{"type":"string"}}},"url":"${tools.url}/weather"}]}`,
+        `options.tools.0.input_schema.properties.__proto__: "__proto__" is not allowed as a key: it ${notData}`,
+      ],
+      [
+        '{"outputFormat":{"type":"json_schema","schema":{"type":"object","__proto__":{"required":["x"]}}}}',
+        `options.outputFormat.schema.__proto__: "__proto__" is not allowed as a key: it ${notData}`,
+      ],
+    ];
+    for (const [options, message] of cases) {
+      // Spread copies a parsed "__proto__" as an own key, so it is sent as written.
+      const res = await prompt({ message: 'hi', options: { token, ...(JSON.parse(options) as object) } });
+      expect({ status: res.status, body: await res.json() }).toEqual({ status: 400, body: { error: 'invalid_request', message } });
+    }
   });
 });

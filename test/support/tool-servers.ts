@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
-import { streamableMcpHandler } from './mcp.ts';
+import { interceptingMcpHandler, streamableMcpHandler } from './mcp.ts';
 
 /**
  * The tools an agent run calls in tests (/prompt, /ws): real HTTP servers on 127.0.0.1, one for remote HTTP tools and
@@ -48,4 +48,66 @@ export async function mcpServer() {
     }),
   );
   return { server, url, calls };
+}
+
+/**
+ * An HTTP tool at /count that counts how many calls and connections it has at once. Each call is held until
+ * `together` are in (or, for the last batch, until the `total`-th call is in), then all held are answered
+ * (`counted <n>`): so the most it ever holds is exactly what its caller let run at once, with no timing involved.
+ */
+export async function countingToolServer({ together, total }: { together: number; total: number }) {
+  const stats = { calls: 0, inFlight: 0, maxInFlight: 0, sockets: 0, maxSockets: 0, socketsOpened: 0 };
+  let held: Array<{ res: ServerResponse; n: unknown }> = [];
+  const { server, url } = await listen((req, res) => {
+    let text = '';
+    req
+      .on('data', (c) => (text += c))
+      .on('end', () => {
+        stats.calls++;
+        stats.inFlight++;
+        stats.maxInFlight = Math.max(stats.maxInFlight, stats.inFlight);
+        held.push({ res, n: (JSON.parse(text || '{}') as { n?: unknown }).n });
+        if (held.length >= together || stats.calls === total) {
+          for (const h of held) {
+            stats.inFlight--;
+            h.res.end(`counted ${h.n}`);
+          }
+          held = [];
+        }
+      });
+  });
+  server.on('connection', (socket) => {
+    stats.socketsOpened++;
+    stats.maxSockets = Math.max(stats.maxSockets, ++stats.sockets);
+    socket.on('close', () => stats.sockets--);
+  });
+  return { server, url, stats };
+}
+
+/** A JSON Schema text nesting `levels` × (schema, properties): written as text, since JSON.stringify cannot go that deep. */
+export const deepSchemaText = (levels: number) => `${'{"type":"object","properties":{"a":'.repeat(levels)}{"type":"string"}${'}}'.repeat(levels)}`;
+
+/**
+ * The MCP SDK's own server (tool `add`) whose tools/list also offers `deep`, a tool whose input_schema nests 5,000
+ * levels — more than JSON.stringify can write back into a model request.
+ */
+export async function absurdMcpServer() {
+  const build = () => {
+    const server = new McpServer({ name: 'absurd', version: '1.0.0' });
+    server.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => ({
+      content: [{ type: 'text', text: String(a + b) }],
+    }));
+    return server;
+  };
+  const add =
+    '{"name":"add","description":"Adds two numbers","inputSchema":{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}}';
+  const { server, url } = await listen(
+    interceptingMcpHandler(build, (message, res) => {
+      if (message.method !== 'tools/list') return false;
+      const tools = `[${add},{"name":"deep","description":"Too deep","inputSchema":${deepSchemaText(5_000)}}]`;
+      res.writeHead(200, { 'content-type': 'application/json' }).end(`{"jsonrpc":"2.0","id":${JSON.stringify(message.id)},"result":{"tools":${tools}}}`);
+      return true;
+    }),
+  );
+  return { server, url };
 }
