@@ -23,7 +23,11 @@ import type { AgentTool, ToolOutcome } from './types.ts';
  * its tools are simply absent. Names follow Anthropic's tool-name rule (`names.ts`): a server whose name cannot
  * prefix a valid tool name fails as a whole; a tool whose prefixed name would break the rule, or repeat a name already
  * offered, is skipped (listed in its server's `skipped`), because one bad name would otherwise make the model
- * provider refuse the whole request.
+ * provider refuse the whole request. A tool whose `input_schema` is absurd (limits.ts: too deep, too large) is skipped
+ * the same way, before it can reach a model request it would break.
+ *
+ * Nothing a server sends is read past the limits of docs/prompt.md, "Limits on tools": the transports' fetch caps every
+ * body beneath the SDK (mcp-fetch.ts), a call has an HTTP tool's time limit, and a tool list its count.
  */
 
 export interface McpServerSpec {
