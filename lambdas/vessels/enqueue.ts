@@ -6,7 +6,7 @@ import { VESSEL_RETENTION_SECONDS } from '../config/timing.ts';
 import { logger } from '../observability/logger.ts';
 import type { Refusable } from '../refusals/refusal.ts';
 import { keyCipher } from '../registry/key-cipher.ts';
-import { queueResponse, vesselKey, type QueueResponse, type StoredCallback, type StoredVessel } from './record.ts';
+import { queueResponse, storedOptions, vesselKey, type QueueResponse, type StoredCallback, type StoredVessel } from './record.ts';
 import { fingerprint, type Callback } from './request.ts';
 import { requestTooLarge } from './size.ts';
 import { expiresAfter } from '../store/epoch.ts';
@@ -76,7 +76,7 @@ export async function enqueueVessel(
     developerId: request.developerId,
     caller,
     message: item.message,
-    options: request.options,
+    options: storedOptions(request.options),
     idempotencyKey: item.idempotencyKey,
     status: scheduledFor > now.getTime() ? 'PENDING' : 'QUEUED',
     createdAt: now.getTime(),

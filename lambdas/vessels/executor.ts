@@ -10,7 +10,7 @@ import { messageOf } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { endVessel } from './end.ts';
 import { isItemTooLarge } from '../store/item-size.ts';
-import { endedWithoutRun, runOutput, type StoredVessel, type VesselOutput } from './record.ts';
+import { endedWithoutRun, runOptionsOf, runOutput, type StoredVessel, type VesselOutput } from './record.ts';
 import { keptOutput, MAX_VESSEL_OUTPUT_BYTES } from './size.ts';
 import { isWaiting } from './states.ts';
 import { parkVessel } from './park.ts';
@@ -140,7 +140,7 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
       caller: vessel.caller,
       admission,
       message: vessel.message,
-      options: vessel.options,
+      options: runOptionsOf(vessel),
       started,
       signal: abort.signal,
       ticker: watch.ticker,

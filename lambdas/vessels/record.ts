@@ -40,6 +40,8 @@ export interface VesselOutput {
     duration_secs: number;
     model?: string;
     structured_output?: unknown;
+    /** How the record keeps `structured_output` (`storedOutput`); never shown. */
+    structured_output_json?: string;
   };
 }
 
@@ -59,8 +61,13 @@ export interface StoredVessel {
   /** The token's caller as verified at enqueue: the run uses this budget even after the token expired. */
   caller: Caller;
   message: string;
-  /** The run's options, without the token, with the model resolved. */
-  options: RunOptions & { model: string };
+  /**
+   * The run's options, without the token, with the model resolved, as JSON text (`storedOptions` / `runOptionsOf`):
+   * DynamoDB refuses a map nested deeper than 32 levels, and an `outputFormat.schema` or a tool's `input_schema` may
+   * nest that deep on its own (docs/contract.md, "What a run may carry") — as text, any options the route accepted
+   * can be kept. A record written before options were text holds the map, which is read as it is.
+   */
+  options: string | (RunOptions & { model: string });
   idempotencyKey: string;
   status: VesselStatus;
   createdAt: number;
@@ -121,9 +128,21 @@ export function vesselView(v: StoredVessel) {
 }
 export type VesselView = ReturnType<typeof vesselView>;
 
+/**
+ * The output as the record keeps it: the structured output as JSON text. A value the schema accepted may nest past
+ * DynamoDB's 32 levels or hold a number beyond its range (1e200), which a map could not store — and the end write
+ * must never be refused for what the answer holds (docs/incubate.md, "Limits").
+ */
+export function storedOutput(output: VesselOutput): VesselOutput {
+  const { structured_output, ...result } = output.result;
+  return structured_output === undefined ? output : { ...output, result: { ...result, structured_output_json: JSON.stringify(structured_output) } };
+}
+
 /** The output in the interface's order (the store keeps maps unordered): success, text, then result's figures. */
 function ordered(o: VesselOutput): VesselOutput {
-  const { type, subtype, total_cost_usd, total_cost_microdollars, usage, num_turns, duration_secs, model, structured_output } = o.result;
+  const { type, subtype, total_cost_usd, total_cost_microdollars, usage, num_turns, duration_secs, model, structured_output_json } = o.result;
+  // A record written before structured outputs were kept as text holds the value itself.
+  const structured_output = structured_output_json === undefined ? o.result.structured_output : JSON.parse(structured_output_json);
   return {
     success: o.success,
     text: o.text,
@@ -183,4 +202,14 @@ export function endedWithoutRun(subtype: Exclude<VesselEndSubtype, 'success'>, t
       duration_secs: 0,
     },
   };
+}
+
+/** A vessel's options as its record keeps them (see `StoredVessel.options`). */
+export function storedOptions(options: RunOptions & { model: string }): string {
+  return JSON.stringify(options);
+}
+
+/** The options a vessel runs with, from its record. */
+export function runOptionsOf(vessel: Pick<StoredVessel, 'options'>): RunOptions & { model: string } {
+  return typeof vessel.options === 'string' ? (JSON.parse(vessel.options) as RunOptions & { model: string }) : vessel.options;
 }

@@ -1,6 +1,6 @@
 import type { Refusal } from '../refusals/refusal.ts';
 import { DYNAMODB_MAX_ITEM_BYTES, itemSize, utf8Bytes } from '../store/item-size.ts';
-import type { StoredVessel, VesselOutput } from './record.ts';
+import { storedOutput, type StoredVessel, type VesselOutput } from './record.ts';
 
 /**
  * A vessel lives in one DynamoDB item, which can never exceed 400 KB, and it grows after it is stored: its end adds
@@ -45,7 +45,7 @@ export function requestTooLarge(vessel: StoredVessel, what = 'The vessel'): Refu
 }
 
 /** The output as DynamoDB counts it, attribute name included. */
-export const outputSize = (output: VesselOutput): number => itemSize({ output });
+export const outputSize = (output: VesselOutput): number => itemSize({ output: storedOutput(output) });
 
 /**
  * The output as it is kept: as it is when it fits in `max` bytes (MAX_VESSEL_OUTPUT_BYTES), else flagged

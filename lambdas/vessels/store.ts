@@ -5,7 +5,7 @@ import { IDEMPOTENCY_RETRY_BASE_MS, IDEMPOTENCY_RETRY_JITTER_MS, VESSEL_RETENTIO
 import { conditionalUpdate, type ConditionalResult } from '../store/conditional.ts';
 import { documentClient, isConditionFailure } from '../store/dynamo.ts';
 import { epochSeconds, expiresAfter, hasExpired } from '../store/epoch.ts';
-import { vesselKey, type StoredVessel, type VesselOutput } from './record.ts';
+import { storedOutput, vesselKey, type StoredVessel, type VesselOutput } from './record.ts';
 import { VesselStates, type VesselStatus } from './states.ts';
 
 /**
@@ -233,5 +233,5 @@ function updateClauses(set: Record<string, unknown>, remove: readonly string[] =
 
 /** What an ended vessel keeps: its output and end time; retained 30 days from now. */
 export function endedAttributes(output: VesselOutput, now: Date): Record<string, unknown> {
-  return { output, completedAt: now.getTime(), expiresAt: expiresAfter(now, VESSEL_RETENTION_SECONDS) };
+  return { output: storedOutput(output), completedAt: now.getTime(), expiresAt: expiresAfter(now, VESSEL_RETENTION_SECONDS) };
 }

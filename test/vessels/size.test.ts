@@ -302,6 +302,35 @@ describe('an output over its share: kept truncated, flagged, never lost', () => 
   });
 });
 
+describe('what DynamoDB cannot hold as a map is kept as text', () => {
+  it('options nested as deep as the limits allow and a structured output nested 32 levels, holding 1e200: queued, run once, COMPLETED with the value intact', async () => {
+    // A map nests at most 32 levels in DynamoDB; a vessel's options sit 3 deep in the record, its structured output 4.
+    let schema: Record<string, unknown> = { type: 'number' };
+    for (let i = 0; i < 31; i++) schema = { type: 'array', items: schema };
+    let inputSchema: Record<string, unknown> = { type: 'object' };
+    for (let i = 0; i < 40; i++) inputSchema = { type: 'object', properties: { a: inputSchema } };
+    inputSchema = { ...inputSchema, type: 'object' };
+    let value: unknown = 1e200;
+    for (let i = 0; i < 31; i++) value = [value];
+    const token = await gw.token({ user: user('deep') });
+    const q = await api.incubate({
+      message: `deep-value [[json:${JSON.stringify(value)}]]`,
+      idempotencyKey: freshKey('deep'),
+      options: {
+        token,
+        model: MODEL,
+        outputFormat: { type: 'json_schema', schema },
+        tools: [{ name: 'never_called', input_schema: inputSchema, url: 'https://tools.example.com/never' }],
+      },
+    });
+    expect(q.status, JSON.stringify(q.body)).toBe(202);
+    const done = await api.ended(q.body.vesselId, token, 30_000);
+    expect(done).toMatchObject({ status: 'COMPLETED', isSuccess: true, attempts: 1, output: { success: true, result: { subtype: 'success' } } });
+    expect(done.output!.result.structured_output).toEqual(value);
+    expect(upstreamRuns('deep-value')).toBe(1);
+  });
+});
+
 describe('an end that cannot be written never runs the vessel again', () => {
   it('an end refused for its size is written again with a shorter output: COMPLETED, truncated, one upstream request, one charge', async () => {
     const token = await gw.token({ user: user('refused') });
