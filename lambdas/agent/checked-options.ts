@@ -6,7 +6,7 @@ import { schemaProblem } from './structured-output.ts';
 
 /**
  * What the schema alone cannot see in a run's options, checked before anything is admitted or queued: Anthropic
- * server tools need a Claude model, and `outputFormat.schema` must compile. Returns the options with the model the
+ * server tools need a Claude model, and `outputFormat.schema` must be within its limits and compile. Returns the options with the model the
  * run will use (the gateway's default when none is given); throws an `invalid_request` refusal otherwise.
  */
 export function checkedRunOptions<O extends SessionOptions>(options: O): O & { model: string } {
@@ -17,7 +17,8 @@ export function checkedRunOptions<O extends SessionOptions>(options: O): O & { m
       message: `options.tools: Anthropic server tools (a tool with a "type") run only with Claude models, not ${model}`,
     });
   }
+  // Within the limits (schema-limits.ts) and compiled, before admission: a token with no budget can send a schema.
   const problem = options.outputFormat ? schemaProblem(options.outputFormat.schema) : undefined;
-  if (problem) throw new Refused({ kind: 'invalid_request', message: `options.outputFormat.schema is not a usable JSON Schema: ${problem}` });
+  if (problem) throw new Refused({ kind: 'invalid_request', message: problem });
   return { ...options, model };
 }
