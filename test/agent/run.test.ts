@@ -569,7 +569,9 @@ describe('structured output', () => {
       num_turns: 3,
       usage: { input_tokens: 240, output_tokens: 16 },
       model: MODEL,
-      error: "(root) must have required property 'celsius'; (root) must NOT have additional properties",
+      // The first problem only: collecting every error of a large answer against a large schema is unbounded work
+      // (agent/structured-output.ts).
+      error: "(root) must have required property 'celsius'",
     });
     expect(out.state.corrections).toBe(2);
   });

@@ -472,6 +472,23 @@ const invalidOptionsArb: fc.Arbitrary<unknown> = fc.oneof(
     { outputFormat: { type: 'json_schema', schema: { type: 'nonsense' } } },
     { outputFormat: { type: 'json_schema', schema: { $ref: '#/nowhere' } } },
     { maxThinkingTokens: 10 },
+    // What a run may carry (docs/contract.md): schemas past their limits, patterns RE2 cannot run, remote $refs,
+    // ambiguous MCP server names, keys that are not plain data.
+    {
+      outputFormat: {
+        type: 'json_schema',
+        schema: { type: 'object', properties: Object.fromEntries(Array.from({ length: 501 }, (_, i) => [`p${i}`, { type: 'string' }])) },
+      },
+    },
+    { outputFormat: { type: 'json_schema', schema: { type: 'string', pattern: '(a)\\1' } } },
+    { outputFormat: { type: 'json_schema', schema: { type: 'string', pattern: '^(?=a)a$' } } },
+    { outputFormat: { type: 'json_schema', schema: { $ref: 'https://evil.example/s.json' } } },
+    { outputFormat: { type: 'json_schema', schema: { $defs: { a: { anyOf: [{ $ref: '#/$defs/a' }] } }, $ref: '#/$defs/a' } } },
+    { mcpServers: { a__b: { type: 'http', url: 'https://mcp.example.com/mcp' } } },
+    { mcpServers: { constructor: { type: 'http', url: 'https://mcp.example.com/mcp' } } },
+    JSON.parse('{"mcpServers":{"__proto__":{"type":"http","url":"https://mcp.example.com/mcp"}}}'),
+    JSON.parse('{"outputFormat":{"type":"json_schema","schema":{"type":"object","properties":{"__proto__":{"type":"string"}}}}}'),
+    { tools: [{ name: 'x', input_schema: { type: 'object' }, url: 'https://tools.example.com/x', headers: { prototype: 'v' } }] },
     [],
     'options',
     42,
