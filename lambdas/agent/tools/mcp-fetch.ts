@@ -68,10 +68,7 @@ function eventStreamCap(limits: McpReadLimits, onTooLarge: (err: McpAnswerTooLar
     transform(chunk, controller) {
       total += chunk.byteLength;
       if (total > limits.maxStreamBytes) {
-        const err = new McpAnswerTooLarge(limits.maxStreamBytes, 'stream');
-        controller.error(err);
-        onTooLarge(err);
-        return;
+        return refuse(controller, new McpAnswerTooLarge(limits.maxStreamBytes, 'stream'), onTooLarge);
       }
       for (let i = 0; i < chunk.byteLength; i++) {
         const byte = chunk[i];
@@ -88,15 +85,18 @@ function eventStreamCap(limits: McpReadLimits, onTooLarge: (err: McpAnswerTooLar
         }
         atLineStart = false;
         if (++event > limits.maxMessageBytes) {
-          const err = new McpAnswerTooLarge(limits.maxMessageBytes, 'message');
-          controller.error(err);
-          onTooLarge(err);
-          return;
+          return refuse(controller, new McpAnswerTooLarge(limits.maxMessageBytes, 'message'), onTooLarge);
         }
       }
       controller.enqueue(chunk);
     },
   });
+}
+
+/** Ends a capped body with `err`, and says so. */
+function refuse(controller: TransformStreamDefaultController<Uint8Array>, err: McpAnswerTooLarge, onTooLarge: (err: McpAnswerTooLarge) => void): void {
+  controller.error(err);
+  onTooLarge(err);
 }
 
 /** Counts a JSON (or any other) body: it is one message. */
@@ -106,10 +106,7 @@ function messageCap(limits: McpReadLimits, onTooLarge: (err: McpAnswerTooLarge) 
     transform(chunk, controller) {
       total += chunk.byteLength;
       if (total > limits.maxMessageBytes) {
-        const err = new McpAnswerTooLarge(limits.maxMessageBytes, 'message');
-        controller.error(err);
-        onTooLarge(err);
-        return;
+        return refuse(controller, new McpAnswerTooLarge(limits.maxMessageBytes, 'message'), onTooLarge);
       }
       controller.enqueue(chunk);
     },
