@@ -198,7 +198,8 @@ describe.concurrent('startGateway with a data directory', () => {
     } finally {
       await second.stop();
     }
-  });
+    // Two DynamoDB Local (Java) starts: about 10 s on an idle machine, past vitest's 30 s on a loaded CI one.
+  }, 120_000);
 });
 
 describe.concurrent('local SQS (fauxqs) and the event-source poller', () => {
