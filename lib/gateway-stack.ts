@@ -244,6 +244,9 @@ export class GatewayStack extends Stack {
     const url = target.fn.addFunctionUrl({
       authType: lambda.FunctionUrlAuthType.NONE,
       invokeMode: lambda.InvokeMode.RESPONSE_STREAM,
+      // No `cors` here, on purpose: the function decides every CORS header and answers every preflight (per route,
+      // per project's origins; docs/deploy.md, "CORS"). A function URL with a CORS configuration answers preflights
+      // itself and overwrites the Access-Control-* headers of the function's responses with its own.
     });
     Validations.of(url).acknowledge({
       id: 'PromptGateway-LambdaFunctionUrlAuth',

@@ -98,7 +98,35 @@ export function functionUrlEvent(req: IncomingMessage, body: Buffer): LambdaFunc
   } as LambdaFunctionURLEvent;
 }
 
-export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayProxyEvent {
+/**
+ * The values of an API Gateway resource path's parameters in a request path (`/incubate/vessel/{vesselId}` and
+ * `/incubate/vessel/v_1` → `{ vesselId: 'v_1' }`; `{name+}` takes the rest of the path), percent-decoded; null when the
+ * resource has none, as in API Gateway's event.
+ */
+export function pathParametersOf(resource: string, path: string): Record<string, string> | null {
+  const want = resource.split('/').filter(Boolean);
+  const got = path.split('/').filter(Boolean);
+  const params: Record<string, string> = {};
+  want.forEach((segment, i) => {
+    const name = /^\{([^}+]+)(\+)?\}$/.exec(segment);
+    if (!name) return;
+    const raw = name[2] ? got.slice(i).join('/') : (got[i] ?? '');
+    try {
+      params[name[1]!] = decodeURIComponent(raw);
+    } catch {
+      params[name[1]!] = raw;
+    }
+  });
+  return Object.keys(params).length ? params : null;
+}
+
+/**
+ * The event API Gateway's REST API hands a Lambda proxy integration. `resource` is the API resource the request
+ * matched (`/incubate/vessel/{vesselId}`): the event's `resource`, `requestContext.resourcePath` and
+ * `pathParameters` come from it, as deployed; without one (a path no route declares, which the deployed API answers
+ * itself) they fall back to the path.
+ */
+export function apiGatewayEvent(req: IncomingMessage, body: Buffer, resource?: string): APIGatewayProxyEvent {
   const { path, query } = splitTarget(req.url);
   const searchParams = new URLSearchParams(query);
   const headers = singleHeaders(req);
@@ -112,12 +140,12 @@ export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayP
   return {
     httpMethod: req.method ?? 'GET',
     path,
-    resource: path,
+    resource: resource ?? path,
     headers,
     multiValueHeaders: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, [v]])),
     queryStringParameters: query ? Object.fromEntries(searchParams) : null,
     multiValueQueryStringParameters: query ? multi : null,
-    pathParameters: null,
+    pathParameters: resource ? pathParametersOf(resource, path) : null,
     stageVariables: null,
     body: encoded.body ?? null,
     isBase64Encoded: encoded.isBase64Encoded,
@@ -130,7 +158,7 @@ export function apiGatewayEvent(req: IncomingMessage, body: Buffer): APIGatewayP
       requestId: randomUUID(),
       requestTimeEpoch: Date.now(),
       resourceId: 'local',
-      resourcePath: path,
+      resourcePath: resource ?? path,
       stage: 'local',
       identity: { sourceIp: req.socket.remoteAddress ?? '127.0.0.1', userAgent: headers['user-agent'] ?? null },
     } as APIGatewayProxyEvent['requestContext'],

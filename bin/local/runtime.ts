@@ -753,7 +753,10 @@ async function route(
     if (refusal) answer(refusal);
     else await invokeStreaming(fn.handler, event, res, fn.functionName, h.invocationTimeoutMs ?? fn.timeoutMs);
   } else if (fn?.kind === 'rest') {
-    const event = read.truncated ? undefined : apiGatewayEvent(req, read.body);
+    // Every method of a declared path reaches the function with the event API Gateway would give it: OPTIONS (a CORS
+    // preflight, routed to the function on every resource with a route: lib/constructs/api.ts) like GET or POST.
+    const resource = fn.routes.find((r) => matchesResourcePath(r.path, path))?.path;
+    const event = read.truncated ? undefined : apiGatewayEvent(req, read.body, resource);
     if (!event) answer(apiGatewayLimits.tooLarge);
     else if (apiGatewayLimits.payloadRefused(event, read.body.length)) answer(apiGatewayLimits.integrationFailure);
     else {

@@ -26,7 +26,8 @@ export interface GatewayWebSocketProps {
  * stage named after the gateway stage with throttling and JSON access logs (with a retention), and the function's
  * right to answer its clients (`execute-api:ManageConnections` on this API's connections only); grantConnections()
  * gives other functions the same right. Authorization is the function's own token check on $connect, as on the
- * other URLs.
+ * other URLs. No CORS here: a browser sends no preflight for a WebSocket; the function checks the upgrade's Origin
+ * against the project's origins itself (docs/deploy.md, "CORS").
  */
 export class GatewayWebSocket extends Construct {
   readonly api: apigwv2.WebSocketApi;

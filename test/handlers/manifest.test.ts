@@ -86,7 +86,9 @@ describe('one manifest of functions', () => {
             .filter((r) => r.Type === 'AWS::ApiGateway::Method' && JSON.stringify(r.Properties?.Integration).includes(JSON.stringify(logicalId)))
             .map((r) => r.Properties?.HttpMethod)
             .sort();
-          expect(methods).toEqual(spec.trigger.routes.map((r) => r.method).sort());
+          // Its routes' methods, and OPTIONS (the CORS preflight) once on each of their paths (docs/deploy.md, "CORS").
+          const preflights = [...new Set(spec.trigger.routes.map((r) => r.path))].map(() => 'OPTIONS');
+          expect(methods).toEqual([...spec.trigger.routes.map((r) => r.method), ...preflights].sort());
           expect(served.kind === 'rest' && served.routes).toEqual(spec.trigger.routes);
           break;
         }

@@ -6,6 +6,7 @@ import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CONJURE_ROUTES } from '../../lambdas/conjure/routes.ts';
 import { FUNCTIONS, functionSpec, type FunctionAccess, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { QUEUES, queueSpec } from '../../lambdas/store/queues.ts';
 import { SESSIONS_SWEEP_INDEX, TABLES, VESSELS_PARKED_INDEX, VESSELS_RECONCILE_INDEX } from '../../lambdas/store/tables.ts';
@@ -137,6 +138,13 @@ describe('functions', () => {
         [stack.channeling.fn, stack.functionOf('Prompt').fn].map((fn) => ({ AuthType: 'NONE', InvokeMode: 'RESPONSE_STREAM', TargetFunctionArn: fnArnOf(fn) })),
       ),
     );
+  });
+
+  it('the function URLs carry no CORS configuration: the functions set every CORS header and answer preflights themselves', () => {
+    // A function URL's Cors would answer preflights itself and overwrite the functions' Access-Control-* headers.
+    const urls = ofType('AWS::Lambda::Url');
+    expect(urls.length).toBeGreaterThan(0);
+    for (const [logicalId, url] of urls) expect(url.Properties, logicalId).not.toHaveProperty('Cors');
   });
 
   it('runs Node 22 on ARM with an ESM bundle, source maps, Powertools settings and every table name', () => {
@@ -1163,6 +1171,89 @@ describe('conjure API', () => {
       ],
     });
     template.hasResourceProperties('AWS::ApiGateway::RestApi', { EndpointConfiguration: { Types: ['REGIONAL'] } });
+  });
+
+  it('every resource with a route also routes OPTIONS (the CORS preflight) to the same Lambda proxy integration, without authorization', () => {
+    type MethodProps = { HttpMethod: string; ResourceId: unknown; AuthorizationType?: string; ApiKeyRequired?: boolean; Integration?: Record<string, unknown> };
+    const methods = ofType('AWS::ApiGateway::Method').map(([logicalId, m]) => ({ logicalId, ...(m.Properties as unknown as MethodProps) }));
+    const resourceOf = (m: MethodProps) => JSON.stringify(m.ResourceId);
+    const routed = methods.filter((m) => m.HttpMethod !== 'OPTIONS');
+    const preflights = methods.filter((m) => m.HttpMethod === 'OPTIONS');
+    // One resource per distinct path of CONJURE_ROUTES, each with exactly one OPTIONS method.
+    const paths = new Set(CONJURE_ROUTES.map((r) => r.path));
+    expect(routed).toHaveLength(CONJURE_ROUTES.length);
+    expect(new Set(routed.map(resourceOf)).size).toBe(paths.size);
+    expect(preflights).toHaveLength(paths.size);
+    expect(new Set(preflights.map(resourceOf))).toEqual(new Set(routed.map(resourceOf)));
+    for (const preflight of preflights) {
+      expect(preflight.AuthorizationType, preflight.logicalId).toBe('NONE');
+      expect(preflight.ApiKeyRequired ?? false, preflight.logicalId).toBe(false);
+      expect(preflight.Integration, preflight.logicalId).toMatchObject({ Type: 'AWS_PROXY', IntegrationHttpMethod: 'POST' });
+      // The same function as the resource's other methods.
+      for (const m of routed.filter((r) => resourceOf(r) === resourceOf(preflight))) {
+        expect(preflight.Integration?.Uri, `${preflight.logicalId} vs ${m.logicalId}`).toEqual(m.Integration?.Uri);
+      }
+      expect(JSON.stringify(preflight.Integration?.Uri)).toContain(logicalIdOf(stack.conjure.fn));
+    }
+    // No API Gateway-side CORS: nothing answers a preflight by itself (defaultCorsPreflightOptions makes MOCK methods).
+    expect(methods.filter((m) => m.Integration?.Type !== 'AWS_PROXY')).toEqual([]);
+    // API Gateway may invoke the function for OPTIONS (the proxy integration's permission covers each method it names).
+    const permissions = ofType('AWS::Lambda::Permission').map(([, p]) => JSON.stringify(p.Properties?.SourceArn ?? ''));
+    expect(permissions.filter((arn) => arn.includes('/OPTIONS/'))).toHaveLength(paths.size);
+  });
+
+  it("the preflights' cdk-nag findings are acknowledged on each OPTIONS method with the preflight's own reason", () => {
+    const preflights = stack.conjureApi!.api.methods.filter((m) => m.httpMethod === 'OPTIONS');
+    expect(preflights.length).toBeGreaterThan(0);
+    for (const method of preflights) {
+      const acknowledged = method.node.metadata
+        .filter((e) => e.type === Validations.ACKNOWLEDGED_RULES_METADATA_KEY)
+        .flatMap((e) => Object.entries(e.data as Record<string, unknown>))
+        .map(([id, reason]) => ({ id: id.replace(/^annotation::/i, ''), reason: String(reason) }));
+      expect(acknowledged.map((a) => a.id).sort(), method.node.path).toEqual(['AwsSolutions-APIG4', 'AwsSolutions-COG4']);
+      for (const a of acknowledged) expect(a.reason).toMatch(/preflight/);
+    }
+  });
+
+  it("API Gateway's own 4xx and 5xx answers give the request's Origin back, with Vary: Origin", () => {
+    for (const type of ['DEFAULT_4XX', 'DEFAULT_5XX']) {
+      template.hasResourceProperties('AWS::ApiGateway::GatewayResponse', {
+        ResponseType: type,
+        RestApiId: { Ref: logicalIdOf(stack.conjureApi!.api) },
+        ResponseParameters: {
+          'gatewayresponse.header.Access-Control-Allow-Origin': 'method.request.header.Origin',
+          'gatewayresponse.header.Vary': "'Origin'",
+        },
+      });
+    }
+    // Their status and body stay API Gateway's own (no StatusCode, no template): only headers are added.
+    for (const [, response] of ofType('AWS::ApiGateway::GatewayResponse')) {
+      expect(response.Properties).not.toHaveProperty('StatusCode');
+      expect(response.Properties).not.toHaveProperty('ResponseTemplates');
+    }
+    // Nothing grants credentials to any origin.
+    expect(JSON.stringify(resources)).not.toMatch(/Access-Control-Allow-Credentials/i);
+  });
+
+  it('refuses at synth a path served by two functions: its preflight could reach only one', () => {
+    const withSecond = () =>
+      new GatewayStack(testApp(), 'SharedPath', {
+        stage: 'dev',
+        production: false,
+        functions: [
+          ...FUNCTIONS,
+          {
+            id: 'Second',
+            entry: 'lambdas/handlers/conjure-api.ts',
+            description: 'a second REST function on /usage',
+            memoryMb: 256,
+            timeoutSeconds: 29,
+            trigger: { kind: 'rest', routes: [{ method: 'DELETE', path: '/usage' }] },
+            access: { tables: {}, providers: false, queues: [] },
+          },
+        ],
+      });
+    expect(withSecond).toThrow(/Two functions serve \/usage on the conjure API .*OPTIONS/);
   });
 });
 

@@ -39,7 +39,9 @@ describe('npx cdk synth', () => {
 
     const templateFile = join(out, `${stackName('dev')}.template.json`);
     expect(existsSync(templateFile)).toBe(true);
-    const template = JSON.parse(readFileSync(templateFile, 'utf8')) as { Resources: Record<string, { Type: string }> };
+    const template = JSON.parse(readFileSync(templateFile, 'utf8')) as {
+      Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }>;
+    };
     const functions = Object.values(template.Resources).filter((r) => r.Type === 'AWS::Lambda::Function');
     expect(functions.length).toBeGreaterThanOrEqual(2);
 
@@ -54,6 +56,26 @@ describe('npx cdk synth', () => {
       expect(existsSync(join(out, source.path, 'index.mjs.map'))).toBe(true);
     }
     expect(result.stderr).not.toMatch(/docker/i);
+
+    // CORS is the functions' (docs/deploy.md, "CORS"): every REST resource with a route routes OPTIONS to its Lambda
+    // proxy integration without authorization, and the function URLs carry no CORS configuration.
+    const methods = Object.values(template.Resources)
+      .filter((r) => r.Type === 'AWS::ApiGateway::Method')
+      .map((r) => r.Properties as { HttpMethod: string; ResourceId: unknown; AuthorizationType?: string; Integration?: { Type?: string; Uri?: unknown } });
+    const resourceOf = (m: { ResourceId: unknown }) => JSON.stringify(m.ResourceId);
+    const preflights = methods.filter((m) => m.HttpMethod === 'OPTIONS');
+    const routedResources = new Set(methods.filter((m) => m.HttpMethod !== 'OPTIONS').map(resourceOf));
+    expect(routedResources.size).toBeGreaterThan(0);
+    expect(new Set(preflights.map(resourceOf))).toEqual(routedResources);
+    expect(preflights).toHaveLength(routedResources.size);
+    for (const preflight of preflights) {
+      expect(preflight).toMatchObject({ AuthorizationType: 'NONE', Integration: { Type: 'AWS_PROXY' } });
+      const sibling = methods.find((m) => m.HttpMethod !== 'OPTIONS' && resourceOf(m) === resourceOf(preflight));
+      expect(preflight.Integration?.Uri).toEqual(sibling?.Integration?.Uri);
+    }
+    const urls = Object.values(template.Resources).filter((r) => r.Type === 'AWS::Lambda::Url');
+    expect(urls.length).toBeGreaterThan(0);
+    for (const url of urls) expect(url.Properties).not.toHaveProperty('Cors');
 
     // The nag packs ran as validation plugins and found nothing unacknowledged.
     const report = JSON.parse(readFileSync(join(out, 'validation-report.json'), 'utf8')) as { pluginReports: Array<{ violations?: unknown[] }> };
