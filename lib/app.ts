@@ -1,4 +1,5 @@
 import { type App, Validations } from 'aws-cdk-lib';
+import { originList } from '../lambdas/origins/pattern.ts';
 import { GatewayStack } from './gateway-stack.ts';
 import { gatewayNagPacks } from './nag.ts';
 
@@ -14,6 +15,12 @@ export interface GatewayAppOptions {
    * stack is environment-agnostic and a CloudFormation rule refuses an unsupported region at deploy.
    */
   readonly region?: string;
+  /**
+   * The origins whose pages may call the deployment at all: `-c corsOrigins=https://app.example.com,https://*.example.com`
+   * (origin patterns, lambdas/origins/pattern.ts), the functions' CORS_ORIGINS; unset, any origin (projects narrow
+   * it with `gateway project set-origins`; docs/browser.md).
+   */
+  readonly corsOrigins?: string;
 }
 
 const STAGE = /^[a-z][a-z0-9-]{0,19}$/;
@@ -21,7 +28,8 @@ const REGION = /^[a-z]{2}(-[a-z]+)+-\d+$/;
 
 /**
  * Context keys: `stage` (default `dev`), `production` (default: true only for stage `prod`), `anthropicBaseUrl`,
- * `openaiBaseUrl`, `openrouterBaseUrl`, `alarmTopicArn`, `region` (default: the CLI's CDK_DEFAULT_REGION, if any).
+ * `openaiBaseUrl`, `openrouterBaseUrl`, `alarmTopicArn`, `region` (default: the CLI's CDK_DEFAULT_REGION, if any),
+ * `corsOrigins` (default: any origin).
  */
 export function gatewayOptions(app: App, environment: NodeJS.ProcessEnv = process.env): GatewayAppOptions {
   const ctx = (key: string): unknown => app.node.tryGetContext(key);
@@ -42,7 +50,22 @@ export function gatewayOptions(app: App, environment: NodeJS.ProcessEnv = proces
   const alarmTopicArn = text('alarmTopicArn');
   const region = text('region') ?? (environment.CDK_DEFAULT_REGION || undefined);
   if (region !== undefined && !REGION.test(region)) throw new Error(`Context "region" must be an AWS region name such as eu-west-1, got "${region}"`);
-  return { stage, production, upstreams, ...(alarmTopicArn ? { alarmTopicArn } : {}), ...(region ? { region } : {}) };
+  const corsText = text('corsOrigins');
+  let corsOrigins: string | undefined;
+  if (corsText !== undefined && corsText.trim() !== '*') {
+    // Checked at synth with the functions' own grammar: a typo fails the synth, not every page's first request.
+    const parsed = originList(Number.MAX_SAFE_INTEGER).safeParse(corsText.split(',').filter((o) => o.trim() !== ''));
+    if (!parsed.success) throw new Error(`Context "corsOrigins": ${parsed.error.issues[0]?.message ?? 'not a list of origins'}`);
+    corsOrigins = parsed.data.join(',');
+  }
+  return {
+    stage,
+    production,
+    upstreams,
+    ...(alarmTopicArn ? { alarmTopicArn } : {}),
+    ...(region ? { region } : {}),
+    ...(corsOrigins ? { corsOrigins } : {}),
+  };
 }
 
 function parseBoolean(key: string, value: unknown): boolean | undefined {
@@ -65,6 +88,7 @@ export function buildGatewayApp(app: App): GatewayStack {
     production: options.production,
     upstreams: options.upstreams,
     ...(options.alarmTopicArn ? { alarmTopicArn: options.alarmTopicArn } : {}),
+    ...(options.corsOrigins ? { corsOrigins: options.corsOrigins } : {}),
     terminationProtection: options.production,
     // Known at synth, the region is checked there (lib/regions.ts); unknown, the template checks it at deploy.
     ...(options.region ? { env: { region: options.region } } : {}),

@@ -28,6 +28,8 @@ export interface GatewayStackProps extends StackProps {
   readonly upstreams?: { readonly anthropic?: string; readonly openai?: string; readonly openrouter?: string };
   /** An existing SNS topic for alarm notifications. */
   readonly alarmTopicArn?: string;
+  /** CORS_ORIGINS of every function (canonical origin patterns, comma-separated); unset: any origin (lib/app.ts). */
+  readonly corsOrigins?: string;
   /** The functions to deploy: the manifest (lambdas/handlers/manifest.ts) unless a test passes a variant. */
   readonly functions?: readonly FunctionSpec[];
 }
@@ -116,7 +118,7 @@ export class GatewayStack extends Stack {
         memorySize: spec.memoryMb,
         // A loop through its own queue is stopped by Lambda unless the manifest declares it (docs/deploy.md).
         recursiveLoop: spec.recursion?.allowed ? lambda.RecursiveLoop.ALLOW : lambda.RecursiveLoop.TERMINATE,
-        environment: { ...tableEnv, ...(spec.access.providers ? providerEnv : {}) },
+        environment: { ...tableEnv, ...(spec.access.providers ? providerEnv : {}), ...(props.corsOrigins ? { CORS_ORIGINS: props.corsOrigins } : {}) },
       });
       functions[spec.id] = target;
       this.grantAccess(target, spec.access);

@@ -9,7 +9,7 @@
 export const GLOBAL_FLAGS = ['json', 'stack', 'region', 'data-dir'] as const;
 
 /** Flags that take no value; every other `--name` takes the next argument (or `--name=value`). */
-const BOOLEAN_FLAGS = new Set(['json']);
+const BOOLEAN_FLAGS = new Set(['json', 'any']);
 
 export interface ReadArgs {
   /** Command words in order (`developer`, `create`). */

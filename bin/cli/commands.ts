@@ -5,6 +5,7 @@ import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { developerAllowance } from '../../lambdas/plans/compute.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
+import { MAX_PROJECT_ORIGINS, MAX_TOKEN_ORIGINS, originList } from '../../lambdas/origins/pattern.ts';
 import { Identifier, ProjectProvider } from '../../lambdas/registry/model.ts';
 import {
   createDeveloper,
@@ -16,6 +17,7 @@ import {
   rotateProjectSecret,
   setDeveloperPlan,
   setModelPricing,
+  setProjectOrigins,
   setProviderKey,
 } from '../../lambdas/registry/registry.ts';
 import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
@@ -50,7 +52,10 @@ export interface Command {
  * match the cached secret, a provider key or a model price the record lacks. Then the gateway re-reads the project
  * at once (lambdas/registry/project-cache.ts, at most once a second per project), so those changes need no wait.
  */
-function takesEffect(target: Pick<Target, 'kind' | 'secretCacheSeconds'>, change: 'secret' | 'provider-key' | 'pricing'): { seconds: number; text: string } {
+function takesEffect(
+  target: Pick<Target, 'kind' | 'secretCacheSeconds'>,
+  change: 'secret' | 'provider-key' | 'pricing' | 'origins',
+): { seconds: number; text: string } {
   const s = target.secretCacheSeconds;
   if (target.kind === 'local') return { seconds: s, text: `The local gateway picks up the change within ${s} s.` };
   const within = `Running gateway instances pick up the change within ${s} s (SECRET_CACHE_SECONDS)`;
@@ -70,6 +75,11 @@ function takesEffect(target: Pick<Target, 'kind' | 'secretCacheSeconds'>, change
         seconds: s,
         text: `${within}; if the model had no price for this project, the first request for it makes an instance re-read the project at once.`,
       };
+    case 'origins':
+      return {
+        seconds: s,
+        text: `${within}; a request from an origin the cached record refuses makes an instance re-read the project at once, so an origin just allowed works immediately, while an origin just removed keeps working for up to ${s} s.`,
+      };
   }
 }
 
@@ -83,6 +93,12 @@ const usd = (name: string) =>
     .number({ error: `--${name} must be a number` })
     .nonnegative(`--${name} must not be negative`)
     .finite();
+/** `--origins a,b`: a comma-separated list of origin patterns (lambdas/origins/pattern.ts). */
+const originsFlag = (max: number) =>
+  z
+    .string()
+    .transform((list) => list.split(',').filter((o) => o.trim() !== ''))
+    .pipe(originList(max));
 const required = <T extends z.ZodType>(name: string, schema: T) =>
   z.preprocess((v) => v, z.string({ error: `--${name} is required` }).pipe(schema as never)) as unknown as T;
 
@@ -268,6 +284,29 @@ export const COMMANDS: Record<string, Command> = {
       };
     },
   },
+  'project set-origins': {
+    usage: 'project set-origins --project ID (--origins https://app.example.com,https://*.example.com | --any)',
+    summary: `the web origins a page may use the project's tokens from (at most ${MAX_PROJECT_ORIGINS}; --any, the default: every origin)`,
+    async run(flags, ctx) {
+      const any = (flags.any as unknown) === true;
+      if (any === (flags.origins !== undefined)) throw new UsageError('give either --origins (a comma-separated list) or --any');
+      const o = parse(
+        {
+          project: required('project', Identifier),
+          origins: originsFlag(MAX_PROJECT_ORIGINS).optional(),
+        },
+        flags,
+      );
+      const target = await ctx.connect();
+      const project = await setProjectOrigins(o.project, any ? undefined : o.origins);
+      const effect = takesEffect(target, 'origins');
+      const origins = project.origins ?? 'any';
+      return {
+        data: { projectId: project.projectId, origins, takesEffectWithinSeconds: effect.seconds },
+        text: `${project.projectId} takes requests from ${origins === 'any' ? 'any origin' : origins.join(', ')} (and from clients that send no Origin: servers, CLIs, apps)\n${effect.text}`,
+      };
+    },
+  },
   'webhook show': {
     usage: 'webhook show --vessel ID',
     summary: "a vessel's callback delivery: status and every attempt (time, status code or error, duration)",
@@ -302,7 +341,7 @@ export const COMMANDS: Record<string, Command> = {
     },
   },
   'token mint': {
-    usage: 'token mint --project ID --user U --ai-microdollars N --compute-seconds N --window hour|day|week|month|lifetime [--expires-in 1h]',
+    usage: 'token mint --project ID --user U --ai-microdollars N --compute-seconds N --window hour|day|week|month|lifetime [--expires-in 1h] [--origins A,B]',
     summary: "mint a user's token with a budget (for trying things; project owners mint their own)",
     async run(flags, ctx) {
       const o = parse(
@@ -313,6 +352,7 @@ export const COMMANDS: Record<string, Command> = {
           'compute-seconds': required('compute-seconds', count('compute-seconds')),
           window: required('window', WindowKind),
           'expires-in': z.string().default('1h'),
+          origins: originsFlag(MAX_TOKEN_ORIGINS).optional(),
         },
         flags,
       );
@@ -325,8 +365,11 @@ export const COMMANDS: Record<string, Command> = {
       await ctx.connect();
       const project = await requireProject(o.project);
       const budget = { ai: o['ai-microdollars'], compute: o['compute-seconds'], window: o.window };
-      const token = await mintToken({ projectId: project.projectId, userId: o.user, secret: project.secret, budget, expiresInSeconds });
-      return { data: { token, projectId: project.projectId, userId: o.user, budget, expiresInSeconds }, text: token };
+      const token = await mintToken({ projectId: project.projectId, userId: o.user, secret: project.secret, budget, expiresInSeconds, origins: o.origins });
+      return {
+        data: { token, projectId: project.projectId, userId: o.user, budget, expiresInSeconds, ...(o.origins ? { origins: o.origins } : {}) },
+        text: token,
+      };
     },
   },
 };

@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { MAX_TOKEN_ORIGINS, originList } from '../origins/pattern.ts';
 import { Identifier } from '../registry/model.ts';
 
 export const WINDOWS = ['hour', 'day', 'week', 'month', 'lifetime'] as const;
@@ -20,6 +21,8 @@ export const GatewayClaims = z.object({
   iat: z.number().int().optional(),
   nbf: z.number().int().optional(),
   budget: BudgetClaim,
+  /** The origins a page may use this token from, within its project's (DESIGN §10; lambdas/origins/pattern.ts). */
+  origins: originList(MAX_TOKEN_ORIGINS).optional(),
 });
 export type GatewayClaims = z.infer<typeof GatewayClaims>;
 
@@ -29,4 +32,6 @@ export interface Caller {
   userId: string;
   budget: BudgetClaim;
   expiresAt: number;
+  /** The token's own `origins` claim, canonical: narrows the project's origins (lambdas/origins/allowed.ts). */
+  origins?: readonly string[];
 }

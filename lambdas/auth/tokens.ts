@@ -102,6 +102,7 @@ export async function verifyToken(token: string | undefined, lookupSecret: Secre
     userId: claims.data.sub,
     budget: Object.freeze(claims.data.budget),
     expiresAt: claims.data.exp,
+    ...(claims.data.origins ? { origins: Object.freeze(claims.data.origins) } : {}),
   });
   remember(token, caller, signedWith, claims.data);
   return caller;
@@ -159,6 +160,8 @@ export interface MintOptions {
   budget: BudgetClaim;
   /** Lifetime in seconds. */
   expiresInSeconds: number;
+  /** The `origins` claim: the origins a page may use the token from, within its project's (DESIGN §10). */
+  origins?: string[];
   algorithm?: (typeof ACCEPTED_ALGORITHMS)[number];
   now?: number;
 }
@@ -166,7 +169,7 @@ export interface MintOptions {
 /** Mints a token the way a project owner's server would; used by the CLI and the tests. */
 export async function mintToken(opts: MintOptions): Promise<string> {
   const nowSeconds = Math.floor((opts.now ?? clock.now()) / 1000);
-  return new SignJWT({ budget: opts.budget })
+  return new SignJWT({ budget: opts.budget, ...(opts.origins ? { origins: opts.origins } : {}) })
     .setProtectedHeader({ alg: opts.algorithm ?? 'HS256', typ: 'JWT' })
     .setIssuer(opts.projectId)
     .setSubject(opts.userId)

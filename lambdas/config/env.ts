@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { instanceValue } from '../instance/state.ts';
+import { originList } from '../origins/pattern.ts';
 
 /**
  * Typed configuration read from the environment once per process.
@@ -117,6 +118,15 @@ const EnvSchema = z.object({
    */
   AWS_ACCESS_KEY_ID: z.string().min(1).default('local'),
   AWS_SECRET_ACCESS_KEY: z.string().min(1).default('local'),
+  /**
+   * The origins whose pages may call this deployment at all (DESIGN §10; docs/browser.md): `*` (the default) or
+   * comma-separated origin patterns (lambdas/origins/pattern.ts). Projects narrow it further (`project set-origins`).
+   */
+  CORS_ORIGINS: z
+    .string()
+    .default('*')
+    .transform((v) => (v.trim() === '*' ? ('*' as const) : v.split(',').filter((o) => o.trim() !== '')))
+    .pipe(z.union([z.literal('*'), originList(Number.MAX_SAFE_INTEGER)])),
   /** `1` lets outbound calls reach loopback: tests and the local runtime only, never the stack (contract.md). */
   ALLOW_LOOPBACK_URLS: z
     .string()

@@ -17,7 +17,7 @@ async function bearerCaller(req: Request, route: string) {
       message: `Missing token: ${route} reads the token from "Authorization: Bearer <token>", not from x-api-key`,
     });
   }
-  return authenticate(token);
+  return authenticate(token, { origin: req.headers.get('origin') });
 }
 
 /** `"GET /usage"`: one key per declared route (distributed over the union, not a cross product of methods and paths). */

@@ -4,7 +4,9 @@ import { responseDelivered } from '../instance/unfinished.ts';
 import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
+import { deploymentRefusal } from '../origins/allowed.ts';
 import { refuseDeclaredOversize } from './body.ts';
+import { addCorsHeaders, isPreflight, preflightResponse } from './cors.ts';
 import { Refused, type Refusal } from '../refusals/refusal.ts';
 import type { Router } from './router.ts';
 
@@ -36,13 +38,18 @@ export function httpApp(spec: AppSpec): HttpApp {
       return withAccessRecord(record, async () => {
         emit('Requests', 1);
         let res: Response;
+        let req: Request | undefined;
         try {
-          const req = typeof input === 'function' ? input() : input;
+          req = typeof input === 'function' ? input() : input;
           record.method = req.method;
           record.path = new URL(req.url).pathname;
+          // A page the deployment does not serve (CORS_ORIGINS) gets no further, preflight or not.
+          const refused = deploymentRefusal(req.headers.get('origin'));
+          if (refused) throw new Refused(refused);
           // On every route, bodies or not (readBodyText also checks what actually came).
           refuseDeclaredOversize(req);
-          res = await spec.router.handle(req);
+          const methods = isPreflight(req) ? spec.router.methodsAt(req) : [];
+          res = methods.length ? preflightResponse(req, methods) : await spec.router.handle(req);
         } catch (err) {
           if (err instanceof Refused) {
             res = spec.renderRefusal(err.refusal);
@@ -55,6 +62,7 @@ export function httpApp(spec: AppSpec): HttpApp {
         record.status = res.status;
         const headers = new Headers(res.headers);
         headers.set('request-id', record.requestId);
+        if (req) addCorsHeaders(req, headers);
         if (res.status >= 400 && headers.get('content-type')?.includes('json')) {
           // Error bodies are small JSON: read once here so the log names the error type.
           const text = await res.text();

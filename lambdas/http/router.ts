@@ -35,6 +35,13 @@ export class Router {
     return this;
   }
 
+  /** The methods routed at the request's path (none: no route there), for a CORS preflight (http/cors.ts). */
+  methodsAt(req: Request): string[] {
+    const pathname = normalizePath(new URL(req.url).pathname);
+    const methods = this.routes.filter((route) => route.pattern.test(pathname)).map((route) => route.method);
+    return [...new Set(methods)];
+  }
+
   handle = async (req: Request): Promise<Response> => {
     const pathname = normalizePath(new URL(req.url).pathname);
     const allow: string[] = [];

@@ -18,5 +18,8 @@ export async function proxyCaller(req: Request): Promise<Caller> {
       message: 'x-api-key and Authorization carry different credentials; send the token in one of them',
     });
   }
-  return authenticate(apiKey ?? bearer, { missingHint: ': send it as x-api-key or "Authorization: Bearer <token>"' });
+  return authenticate(apiKey ?? bearer, {
+    origin: req.headers.get('origin'),
+    missingHint: ': send it as x-api-key or "Authorization: Bearer <token>"',
+  });
 }

@@ -31,6 +31,8 @@ const TYPES: Record<Exclude<Refusal['kind'], 'upstream'>, AnthropicErrorType> = 
   request_too_large: 'request_too_large',
   not_found: 'not_found_error',
   token: 'authentication_error',
+  origin_not_allowed: 'permission_error',
+  unsupported_media_type: 'invalid_request_error',
   budget_exhausted: 'rate_limit_error',
   budget_held: 'rate_limit_error',
   concurrent_limit_reached: 'rate_limit_error',

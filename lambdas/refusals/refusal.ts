@@ -20,6 +20,13 @@ export type Refusal =
    */
   | { kind: 'token'; code: TokenRefusalCode; message: string; coded?: true }
   /**
+   * The request comes from a page whose `Origin` the token's project (or the token's own `origins` claim) does not
+   * allow (DESIGN §10, "Origins per project"): 403, before any work.
+   */
+  | { kind: 'origin_not_allowed'; origin: string; message: string }
+  /** A body-carrying conjure route was sent something other than JSON (DESIGN §10): 415, before the token is read. */
+  | { kind: 'unsupported_media_type'; message: string }
+  /**
    * The user's budget cannot admit the request: spent, or too low for even its smallest form. Only the window's
    * reset frees room (`retryAfterSeconds` until it; none for a lifetime window).
    */
@@ -101,6 +108,8 @@ export function statusOf(refusal: Refusal): number {
     case 'developer_budget_exhausted':
     case 'cost_cap_reached':
       return 402;
+    case 'origin_not_allowed':
+      return 403;
     case 'not_found':
     case 'vessel_not_found':
       return 404;
@@ -111,6 +120,8 @@ export function statusOf(refusal: Refusal): number {
       return 409;
     case 'request_too_large':
       return 413;
+    case 'unsupported_media_type':
+      return 415;
     case 'budget_exhausted':
     case 'budget_held':
     case 'concurrent_limit_reached':

@@ -53,5 +53,10 @@ export const Project = z.object({
   pricing: z.record(z.string(), CustomPrice).default({}),
   createdAt: z.string(),
   secretRotatedAt: z.string().optional(),
+  /**
+   * The origins a page may call the gateway from with this project's tokens (`gateway project set-origins`; canonical
+   * patterns of lambdas/origins/pattern.ts); absent: any origin (DESIGN §10).
+   */
+  origins: z.array(z.string()).optional(),
 });
 export type Project = z.infer<typeof Project>;

@@ -131,6 +131,16 @@ export async function setModelPricing(projectId: string, model: string, price: C
   });
 }
 
+/**
+ * The origins a page may use the project's tokens from (canonical patterns, lambdas/origins/pattern.ts), or undefined
+ * for any origin. Gateways see the change within SECRET_CACHE_SECONDS (the cached project record).
+ */
+export async function setProjectOrigins(projectId: string, origins: string[] | undefined): Promise<Project> {
+  return origins === undefined
+    ? updateProject(projectId, { expression: 'REMOVE origins' })
+    : updateProject(projectId, { expression: 'SET origins = :o', values: { ':o': origins } });
+}
+
 /** What an operator may see of a project: everything but the secret's value and the provider keys' values. */
 export function describeProject(project: Project) {
   return {
@@ -138,6 +148,7 @@ export function describeProject(project: Project) {
     developerId: project.developerId,
     providerKeys: Object.keys(project.providerKeys),
     pricing: project.pricing,
+    origins: project.origins ?? 'any',
     createdAt: project.createdAt,
     secretRotatedAt: project.secretRotatedAt,
   };

@@ -201,7 +201,7 @@ describe('Router: 404 and 405', () => {
     });
   });
 
-  it('OPTIONS gets no special treatment (no CORS preflight): 405 on a known path, 404 elsewhere', async () => {
+  it('the router gives OPTIONS no special treatment (httpApp answers preflights, http/cors.ts): 405 on a known path, 404 elsewhere', async () => {
     expect(await refused('OPTIONS', '/v1/messages')).toMatchObject({ status: 405, message: 'OPTIONS is not allowed on /v1/messages' });
     expect(await refused('OPTIONS', '/elsewhere')).toMatchObject({ status: 404, message: 'No route for OPTIONS /elsewhere' });
   });

@@ -103,6 +103,24 @@ describe('regions', () => {
   });
 });
 
+describe('CORS origins of a deployment', () => {
+  it("-c corsOrigins is checked at synth and becomes every function's CORS_ORIGINS, canonical; unset or *, any origin", () => {
+    expect(gatewayOptions(testApp({ corsOrigins: 'HTTPS://App.Example.com:443, https://*.example.org' }), {}).corsOrigins).toBe(
+      'https://app.example.com,https://*.example.org',
+    );
+    expect(gatewayOptions(testApp(), {}).corsOrigins).toBeUndefined();
+    expect(gatewayOptions(testApp({ corsOrigins: '*' }), {}).corsOrigins).toBeUndefined();
+    expect(() => gatewayOptions(testApp({ corsOrigins: 'app.example.com' }), {})).toThrow(/Context "corsOrigins": "app.example.com" is not an origin/);
+    const app = testApp({ corsOrigins: 'https://app.example.com' });
+    const built = buildGatewayApp(app);
+    const functions = Object.values(app.synth().getStackByName(built.stackName).template.Resources as Record<string, { Type: string; Properties: any }>).filter(
+      (r) => r.Type === 'AWS::Lambda::Function' && r.Properties.Environment?.Variables?.STAGE,
+    );
+    expect(functions.length).toBeGreaterThan(5);
+    for (const f of functions) expect(f.Properties.Environment.Variables.CORS_ORIGINS).toBe('https://app.example.com');
+  }, 60_000);
+});
+
 describe('recursive loops', () => {
   const sendsToOwnTrigger = (spec: FunctionSpec) => spec.trigger.kind === 'sqs' && spec.access.queues.includes(spec.trigger.queue);
 
