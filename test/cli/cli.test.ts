@@ -214,6 +214,7 @@ describe('operator CLI against a running local gateway', () => {
       developerId: 'dev-cli',
       providerKeys: ['openai'],
       pricing: { 'my-model': { inputUsdPerMtok: 1.5, outputUsdPerMtok: 2, cacheReadUsdPerMtok: 0.15 } },
+      origins: 'any',
       createdAt: expect.any(String),
     });
 
@@ -271,6 +272,7 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
       'project rotate-secret',
       'project set-provider-key',
       'project set-pricing',
+      'project set-origins',
       'webhook show',
       'webhook redeliver',
       'token mint',
@@ -342,7 +344,7 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       'error: --input-usd-per-mtok must not be negative\n',
     ],
     [['developer'], 'error: missing subcommand for developer: one of create, set-plan, show\n'],
-    [['project'], 'error: missing subcommand for project: one of create, show, rotate-secret, set-provider-key, set-pricing\n'],
+    [['project'], 'error: missing subcommand for project: one of create, show, rotate-secret, set-provider-key, set-pricing, set-origins\n'],
     [['token'], 'error: missing subcommand for token: one of mint\n'],
     [['developer', 'delete', '--id', 'x'], 'error: unknown subcommand "delete" for developer: one of create, set-plan, show\n'],
     [['developer', 'create', '--foo'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
@@ -458,6 +460,59 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     }
   });
 
+  it('project set-origins and token mint --origins: canonical lists, --any, and refusals of what is not an origin', async () => {
+    const project = await createProject({ developerId: gw.developerId });
+    const p = project.projectId;
+    const set = await run(['project', 'set-origins', '--project', p, '--origins', 'HTTPS://App.Example.com:443,https://*.example.org', '--json']);
+    expect(set).toEqual({
+      code: 0,
+      stderr: '',
+      stdout: `${JSON.stringify({ projectId: p, origins: ['https://app.example.com', 'https://*.example.org'], takesEffectWithinSeconds: 1 })}\n`,
+    });
+    expect((await getProject(p))?.origins).toEqual(['https://app.example.com', 'https://*.example.org']);
+    const shown = await run(['project', 'show', '--project', p, '--json']);
+    expect(JSON.parse(shown.stdout).origins).toEqual(['https://app.example.com', 'https://*.example.org']);
+    const any = await run(['project', 'set-origins', '--project', p, '--any']);
+    expect(any.code).toBe(0);
+    expect(any.stdout.split('\n')[0]).toBe(`${p} takes requests from any origin (and from clients that send no Origin: servers, CLIs, apps)`);
+    expect((await getProject(p))?.origins).toBeUndefined();
+
+    expect(await run(['project', 'set-origins', '--project', p])).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'error: give either --origins (a comma-separated list) or --any\n',
+    });
+    expect(await run(['project', 'set-origins', '--project', p, '--any', '--origins', 'https://a.com'])).toMatchObject({ code: 2 });
+    expect(await run(['project', 'set-origins', '--project', p, '--origins', 'app.example.com'])).toEqual({
+      code: 2,
+      stdout: '',
+      stderr:
+        'error: --origins: "app.example.com" is not an origin: write scheme://host[:port] (e.g. https://app.example.com), optionally *. before the host or :* as the port, or null\n',
+    });
+
+    const minted = await run([
+      'token',
+      'mint',
+      '--project',
+      p,
+      '--user',
+      'u',
+      '--ai-microdollars',
+      '1',
+      '--compute-seconds',
+      '1',
+      '--window',
+      'day',
+      '--origins',
+      'http://localhost:*',
+      '--json',
+    ]);
+    expect(minted.code).toBe(0);
+    const { token, origins } = JSON.parse(minted.stdout) as { token: string; origins: string[] };
+    expect(origins).toEqual(['http://localhost:*']);
+    expect(JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()).origins).toEqual(['http://localhost:*']);
+  });
+
   it('checks the flags before it looks for a gateway: a wrong invocation is exit 2 even with none running', async () => {
     let stderr = '';
     const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
@@ -483,6 +538,7 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       'project rotate-secret',
       'project set-provider-key',
       'project set-pricing',
+      'project set-origins',
       'webhook show',
       'webhook redeliver',
       'token mint',
@@ -506,7 +562,7 @@ describe('registry (in process)', () => {
     expect(rotated.secretRotatedAt).toMatch(/^\d{4}-/);
     const d = describeProject(rotated);
     expect(JSON.stringify(d)).not.toContain(rotated.secret);
-    expect(Object.keys(d).sort()).toEqual(['createdAt', 'developerId', 'pricing', 'projectId', 'providerKeys', 'secretRotatedAt']);
+    expect(Object.keys(d).sort()).toEqual(['createdAt', 'developerId', 'origins', 'pricing', 'projectId', 'providerKeys', 'secretRotatedAt']);
   });
 
   it('LocalKeyCipher: AES-GCM bound to the project, fresh IV each time, 0600 key file', async () => {
