@@ -4,7 +4,7 @@ import { clock } from '../config/clock.ts';
 import { checkedRunOptions } from '../agent/checked-options.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
-import { parseJsonBody, readBodyText } from '../http/body.ts';
+import { parseJsonBody, readBodyText, requireJsonContentType } from '../http/body.ts';
 import { bearerToken } from '../http/router.ts';
 import { developerPlan } from '../plans/admission.ts';
 import { describeIssue, messageOf } from '../refusals/describe.ts';
@@ -21,6 +21,7 @@ import { BatchBody, BatchItem, dueTime, IncubateBody, MAX_BATCH_ITEMS } from '..
 
 /** POST /incubate → 202 queue response; a replay of the same key and body → 200 with `Idempotent-Replayed: true`. */
 export async function handleIncubate(req: Request): Promise<Response> {
+  requireJsonContentType(req);
   const json = parseJsonBody(await readBodyText(req));
   const caller = await bodyCaller(json);
   if (isObject(json) && json.idempotencyKey === undefined) {
@@ -53,6 +54,7 @@ const BATCH_CONCURRENCY = 10;
  * sharing options, callback and timing; one failed item never fails the others.
  */
 export async function handleBatch(req: Request): Promise<Response> {
+  requireJsonContentType(req);
   const json = parseJsonBody(await readBodyText(req));
   const caller = await bodyCaller(json);
   if (isObject(json) && Array.isArray(json.items) && json.items.length > MAX_BATCH_ITEMS) {

@@ -1,6 +1,21 @@
 import { Refused } from '../refusals/refusal.ts';
 import { MAX_BODY_BYTES, MAX_JSON_DEPTH } from './limits.ts';
 
+/**
+ * Refuses (415) a request whose `Content-Type` is not `application/json` (parameters such as `; charset=utf-8`
+ * allowed, the media type compared case-insensitively) — a missing one included. DESIGN §10, "No simple cross-origin
+ * requests that do work": /prompt, /incubate and /incubate/batch carry the token in the body, so a page on another
+ * origin could send them as a CORS "simple" request (`text/plain`, a form, multipart), which skips the preflight. Called
+ * first by those handlers: before the body is read or the token looked at.
+ */
+export function requireJsonContentType(req: Request): void {
+  const given = req.headers.get('content-type');
+  const mediaType = given?.split(';', 1)[0]?.trim().toLowerCase();
+  if (mediaType === 'application/json') return;
+  const shown = given === null ? 'none' : JSON.stringify(given.length > 100 ? `${given.slice(0, 100)}…` : given);
+  throw new Refused({ kind: 'unsupported_media_type', message: `Content-Type must be application/json, got ${shown}` });
+}
+
 /** Refuses (413) a request whose declared `content-length` is over MAX_BODY_BYTES, before a byte is read. */
 export function refuseDeclaredOversize(req: Request): void {
   const declared = Number(req.headers.get('content-length'));

@@ -31,7 +31,10 @@ export function buildRequest(raw: RawRequest): Request {
     throw new Refused({ kind: 'invalid_request', message: 'The request path is not a valid URL path' });
   }
   const hasBody = raw.body !== undefined && raw.body !== null && method !== 'GET' && method !== 'HEAD';
-  return new Request(url, { method: raw.method, headers: raw.headers, body: hasBody ? (raw.body as BodyInit) : undefined });
+  // A string body goes in as bytes: given a string, Request would invent `content-type: text/plain;charset=UTF-8`
+  // when the client sent none, and the routes that require JSON (DESIGN §10) must see what the client really sent.
+  const body = typeof raw.body === 'string' ? new TextEncoder().encode(raw.body) : raw.body;
+  return new Request(url, { method: raw.method, headers: raw.headers, body: hasBody ? (body as BodyInit) : undefined });
 }
 
 /** Copies event headers into a Headers object, skipping values the Fetch standard cannot hold instead of failing. */

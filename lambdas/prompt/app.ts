@@ -7,7 +7,7 @@ import { PromptBody } from '../agent/options.ts';
 import type { RunEvent } from '../agent/result.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
-import { parseJsonBody, readBodyText } from '../http/body.ts';
+import { parseJsonBody, readBodyText, requireJsonContentType } from '../http/body.ts';
 import { Router } from '../http/router.ts';
 import { finishBeforeReturn } from '../instance/unfinished.ts';
 import { logger } from '../observability/logger.ts';
@@ -29,6 +29,7 @@ export function promptApp(): HttpApp {
 }
 
 async function handlePrompt(req: Request): Promise<Response> {
+  requireJsonContentType(req);
   const json = parseJsonBody(await readBodyText(req));
   // The token first: a request without a valid one learns nothing about what else is wrong with it.
   const token = (json as { options?: { token?: unknown } } | null)?.options?.token;

@@ -5,8 +5,9 @@
  * hazard: an `outputFormat.schema` over a documented limit (keywords, depth, bytes), a remote `$ref`, a pattern the
  * linear-time engine cannot run, a key that is not plain data (`__proto__`, `constructor`, `prototype`), `__` in an
  * MCP server name, a vessel larger than its record may be, an idempotency key with a lone surrogate. A hazard gets
- * its documented 4xx in the conjure envelope with a message naming the field; a body without one never does; no
- * answer is a 5xx; nothing is reserved, and nothing stored, for a refused body.
+ * its documented 4xx in the conjure envelope with a message naming the field; a body without one never does; a body
+ * sent without a JSON Content-Type is the 415 whatever it holds; no answer is a 5xx; nothing is reserved, and nothing
+ * stored, for a refused body.
  *
  * The bodies without a hazard sit right at the limits (the largest schema, the deepest, the largest vessel), so a
  * limit checked one step too early fails here as surely as one checked too late.
@@ -19,6 +20,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { responseProblems } from '../support/envelope.ts';
+import { isJsonContentType } from '../support/fuzz-oracle.ts';
 import { checkProperty, FUZZ_SCALE, FUZZ_SEED, fuzzTimeout, runs } from '../support/fuzz.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
@@ -260,7 +262,27 @@ const hazardArb = fc.oneof({ weight: 1, arbitrary: fc.constant(undefined) }, { w
 
 let sample = 0;
 
-async function exercise(route: Route, hazard: Hazard | undefined, budget: { ai: number; compute: number }): Promise<void> {
+/**
+ * The Content-Type sent: mostly JSON (parameters and letter case vary), sometimes none or one a page may send
+ * cross-origin without a preflight — a 415 whatever the body holds (DESIGN §10; docs/api.md, "Conventions shared by
+ * all endpoints").
+ */
+const contentTypeArb = fc.oneof(
+  { weight: 8, arbitrary: fc.constantFrom('application/json', 'application/json; charset=utf-8', 'Application/JSON', 'APPLICATION/JSON;charset=UTF-8') },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom<string | undefined>(
+      undefined,
+      'text/plain;charset=UTF-8',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=----x',
+      'text/json',
+      'application/json-patch+json',
+    ),
+  },
+);
+
+async function exercise(route: Route, hazard: Hazard | undefined, budget: { ai: number; compute: number }, contentType: string | undefined): Promise<void> {
   const n = ++sample;
   const token = await gw.token({ user: `rf-${n % 7}`, budget: { ...budget, window: 'lifetime' } });
   const run: RunBody = { message: 'Say hello.', options: { token, maxTurns: 1 } };
@@ -276,10 +298,10 @@ async function exercise(route: Route, hazard: Hazard | undefined, budget: { ai: 
         : { items: [first, { message: run.message, idempotencyKey: run.idempotencyKey }], options: run.options, ttl: 86_400 };
   let text = JSON.stringify(sent);
   if (hazard?.json) text = hazard.json(text);
-  const raw: RawRequest = { method: 'POST', path: route, headers: { 'content-type': 'application/json' }, body: text };
+  const raw: RawRequest = { method: 'POST', path: route, headers: contentType === undefined ? {} : { 'content-type': contentType }, body: text };
   const res = await client.send(raw, 30_000);
   const shown = text.length > 2000 ? `${text.slice(0, 2000)}…` : text;
-  const context = `\n  ${route} with ${hazard?.why ?? 'no hazard'}\n  answer: ${res.status} ${res.text.slice(0, 300)}\n  repro: ${curlFor(gw.url, { ...raw, body: shown })}`;
+  const context = `\n  ${route} with ${hazard?.why ?? 'no hazard'}, Content-Type ${contentType ?? 'none'}\n  answer: ${res.status} ${res.text.slice(0, 300)}\n  repro: ${curlFor(gw.url, { ...raw, body: shown })}`;
   const problems = responseProblems(res, 'conjure', 'POST');
   if (res.status >= 500) problems.push(`a 5xx for a client's body`);
   const body = safeJson(res.text) as Record<string, unknown> | undefined;
@@ -287,7 +309,14 @@ async function exercise(route: Route, hazard: Hazard | undefined, budget: { ai: 
   for (const item of items) if (item.status === 'queued' && item.vesselId) queued.add(item.vesselId);
   if (res.status === 202 && typeof body?.vesselId === 'string') queued.add(body.vesselId);
   const expected = hazard?.expect;
-  if (expected && route === '/incubate/batch' && hazard?.item) {
+  if (!isJsonContentType(contentType)) {
+    // Refused before the body is read: whatever hazard it holds, the answer is the 415 (and nothing is kept).
+    count(`${route} not JSON ${res.status}`);
+    const message = `Content-Type must be application/json, got ${contentType === undefined ? 'none' : JSON.stringify(contentType)}`;
+    if (res.status !== 415) problems.push(`status ${res.status}, expected 415`);
+    if (body?.error !== 'unsupported_media_type' || body.message !== message)
+      problems.push(`body ${res.text.slice(0, 300)}, expected {"error":"unsupported_media_type","message":${JSON.stringify(message)}}`);
+  } else if (expected && route === '/incubate/batch' && hazard?.item) {
     // The hazard is the second item's: it fails alone, the first is queued.
     count(`${route} item hazard ${res.status} ${items[1]?.status}`);
     if (res.status !== 202) problems.push(`status ${res.status}, expected 202 with the second item failed`);
@@ -328,9 +357,10 @@ describe('runs fuzz', () => {
           fc.constantFrom<Route>('/prompt', '/incubate', '/incubate/batch'),
           // Zero budgets too: every check of the body comes before admission.
           fc.record({ ai: fc.constantFrom(0, 1, 10_000_000), compute: fc.constantFrom(0, 3600) }),
-          async (hazard, route, budget) => {
+          contentTypeArb,
+          async (hazard, route, budget, contentType) => {
             // A hazard meant for other routes leaves this route's body as it is.
-            await exercise(route, hazard?.routes.includes(route) ? hazard : undefined, budget);
+            await exercise(route, hazard?.routes.includes(route) ? hazard : undefined, budget, contentType);
           },
         ),
         runs(300),

@@ -158,10 +158,10 @@ async function send(raw: RawRequest, context: () => string): Promise<RawResponse
 
 /** One conjure-side request, judged by the oracle, and a 200 checked against the token it was read with. */
 async function exerciseUsage(c: { method: string; path: string; host?: string; creds: Credentials; body?: Buffer }): Promise<void> {
-  const exp = expectFor(c, ctx);
   const headers: Record<string, string> = { ...c.creds.headers };
   if (c.host !== undefined) headers.host = c.host;
   if (c.body) headers['content-type'] = 'application/json';
+  const exp = expectFor({ ...c, contentType: headers['content-type'] }, ctx);
   const raw: RawRequest = { method: c.method, path: c.path, headers, body: c.body };
   const context = () => `\n  expected: ${exp.statuses.join('|')} (${exp.why})\n  credentials: ${c.creds.why}\n  repro: ${curlFor(gw.url, raw)}`;
   const sentAt = Date.now();

@@ -98,7 +98,15 @@ export interface FuzzRequestSpec {
   path: string;
   creds: Credentials;
   body?: Buffer;
+  /** The Content-Type header as sent; undefined when none is. */
+  contentType?: string;
 }
+
+/**
+ * Whether a Content-Type is JSON as /prompt, /incubate and /incubate/batch require (DESIGN §10, docs/api.md): the media
+ * type `application/json` in any case, parameters allowed.
+ */
+export const isJsonContentType = (contentType: string | undefined): boolean => contentType !== undefined && /^\s*application\/json\s*(;|$)/i.test(contentType);
 
 const STANDARD_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
 const uniq = (xs: number[]) => [...new Set(xs)].sort((a, b) => a - b);
@@ -152,11 +160,20 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
       return { statuses: [...model.statuses, ...judged.alsoAllowed], caller, body: judged.body, why: `${judged.why}; ${model.why}` };
     }
     case 'prompt':
-      // The token travels in the body (options.token), so headers do not authorise: a fuzzed body is refused as bad
-      // input, as unauthenticated, or as too large — never run, never a 5xx (docs/prompt.md).
-      return { statuses: [400, 401, 413], why: 'POST /prompt with a fuzzed body' };
     case 'incubate':
     case 'incubate_batch':
+      if (!isJsonContentType(req.contentType)) {
+        // Only application/json: anything else, none included, is a 415 before the body or the token is read (DESIGN
+        // §10; docs/api.md, "Conventions shared by all endpoints"); a body over the size limit may be refused first.
+        const oversize = (req.body?.length ?? 0) > ctx.limits.maxBodyBytes;
+        const sent = req.contentType === undefined ? 'no Content-Type' : `Content-Type ${req.contentType}`;
+        return { statuses: oversize ? [413, 415] : [415], why: `POST to a ${info.route} route with ${sent}` };
+      }
+      if (info.route === 'prompt') {
+        // The token travels in the body (options.token), so headers do not authorise: a fuzzed body is refused as bad
+        // input, as unauthenticated, or as too large — never run, never a 5xx (docs/prompt.md).
+        return { statuses: [400, 401, 413], why: 'POST /prompt with a fuzzed body' };
+      }
       // As /prompt: the token is options.token in the body (docs/incubate.md), which no fuzzed body carries valid, so
       // the answer is a refusal of the body or of the token — never queued, never a 5xx.
       return { statuses: [400, 401, 413], why: `POST /incubate${info.route === 'incubate_batch' ? '/batch' : ''} with a fuzzed body` };
