@@ -119,7 +119,15 @@ describe('actual responses to a page', () => {
     expect(ok.status).toBe(200);
     expect(ok.headers.get('access-control-allow-origin')).toBe(PAGE);
     const exposed = ok.headers.get('access-control-expose-headers')!.split(', ');
-    for (const name of ['request-id', 'retry-after', 'x-should-retry', 'idempotent-replayed', 'x-session-id', 'x-gateway-cost-microdollars', 'x-gateway-max-tokens'])
+    for (const name of [
+      'request-id',
+      'retry-after',
+      'x-should-retry',
+      'idempotent-replayed',
+      'x-session-id',
+      'x-gateway-cost-microdollars',
+      'x-gateway-max-tokens',
+    ])
       expect(exposed).toContain(name);
     expect(exposed).not.toContain('content-type');
     await ok.json();

@@ -113,11 +113,14 @@ describe('CORS origins of a deployment', () => {
     expect(() => gatewayOptions(testApp({ corsOrigins: 'app.example.com' }), {})).toThrow(/Context "corsOrigins": "app.example.com" is not an origin/);
     const app = testApp({ corsOrigins: 'https://app.example.com' });
     const built = buildGatewayApp(app);
-    const functions = Object.values(app.synth().getStackByName(built.stackName).template.Resources as Record<string, { Type: string; Properties: any }>).filter(
-      (r) => r.Type === 'AWS::Lambda::Function' && r.Properties.Environment?.Variables?.STAGE,
-    );
+    const functions = Object.values(
+      app.synth().getStackByName(built.stackName).template.Resources as Record<
+        string,
+        { Type: string; Properties: { Environment?: { Variables?: Record<string, string> } } }
+      >,
+    ).filter((r) => r.Type === 'AWS::Lambda::Function' && r.Properties.Environment?.Variables?.STAGE);
     expect(functions.length).toBeGreaterThan(5);
-    for (const f of functions) expect(f.Properties.Environment.Variables.CORS_ORIGINS).toBe('https://app.example.com');
+    for (const f of functions) expect(f.Properties.Environment?.Variables?.CORS_ORIGINS).toBe('https://app.example.com');
   }, 60_000);
 });
 

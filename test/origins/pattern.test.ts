@@ -64,11 +64,7 @@ describe('origin patterns (lambdas/origins/pattern.ts)', () => {
 
   it('an origin always matches itself, and its canonical form is stable (property)', () => {
     const origin = fc
-      .tuple(
-        fc.constantFrom('http', 'https', 'capacitor'),
-        fc.domain(),
-        fc.option(fc.integer({ min: 1, max: 65_535 }), { nil: undefined }),
-      )
+      .tuple(fc.constantFrom('http', 'https', 'capacitor'), fc.domain(), fc.option(fc.integer({ min: 1, max: 65_535 }), { nil: undefined }))
       .map(([scheme, host, port]) => `${scheme}://${host}${port === undefined ? '' : `:${port}`}`);
     fc.assert(
       fc.property(origin, (o) => {
