@@ -23,7 +23,7 @@ import { BatchBody, BatchItem, dueTime, IncubateBody, MAX_BATCH_ITEMS } from '..
 export async function handleIncubate(req: Request): Promise<Response> {
   requireJsonContentType(req);
   const json = parseJsonBody(await readBodyText(req));
-  const caller = await bodyCaller(json);
+  const caller = await bodyCaller(json, req);
   if (isObject(json) && json.idempotencyKey === undefined) {
     throw new Refused({
       kind: 'missing_idempotency_key',
@@ -56,7 +56,7 @@ const BATCH_CONCURRENCY = 10;
 export async function handleBatch(req: Request): Promise<Response> {
   requireJsonContentType(req);
   const json = parseJsonBody(await readBodyText(req));
-  const caller = await bodyCaller(json);
+  const caller = await bodyCaller(json, req);
   if (isObject(json) && Array.isArray(json.items) && json.items.length > MAX_BATCH_ITEMS) {
     throw new Refused({ kind: 'invalid_request', message: `items: at most ${MAX_BATCH_ITEMS} items per batch, got ${json.items.length}` });
   }
@@ -173,10 +173,10 @@ async function vesselRequest(
  * what else is wrong with it. Its refusal is `coded`: the interface's /incubate bodies name the failure
  * (`{error:"token_expired"}`, `{error:"invalid_token", message}`), which the renderer writes.
  */
-async function bodyCaller(json: unknown): Promise<Caller> {
+async function bodyCaller(json: unknown, req: Request): Promise<Caller> {
   const token = isObject(json) && isObject(json.options) ? json.options.token : undefined;
   try {
-    return await authenticate(typeof token === 'string' ? token : undefined, { missingHint: ': send it in options.token' });
+    return await authenticate(typeof token === 'string' ? token : undefined, { origin: req.headers.get('origin'), missingHint: ': send it in options.token' });
   } catch (err) {
     if (err instanceof Refused && err.refusal.kind === 'token') throw new Refused({ ...err.refusal, coded: true });
     throw err;
@@ -186,7 +186,7 @@ async function bodyCaller(json: unknown): Promise<Caller> {
 /** The caller of a bearer token, or none when it is missing or not valid (the vessel is then "not found"). */
 async function bearerCallerOrNone(req: Request): Promise<Caller | undefined> {
   try {
-    return await authenticate(bearerToken(req));
+    return await authenticate(bearerToken(req), { origin: req.headers.get('origin') });
   } catch (err) {
     if (err instanceof Refused && err.refusal.kind === 'token') return undefined;
     throw err;

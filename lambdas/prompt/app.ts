@@ -33,7 +33,10 @@ async function handlePrompt(req: Request): Promise<Response> {
   const json = parseJsonBody(await readBodyText(req));
   // The token first: a request without a valid one learns nothing about what else is wrong with it.
   const token = (json as { options?: { token?: unknown } } | null)?.options?.token;
-  const caller = await authenticate(typeof token === 'string' ? token : undefined, { missingHint: ': send it in options.token' });
+  const caller = await authenticate(typeof token === 'string' ? token : undefined, {
+    origin: req.headers.get('origin'),
+    missingHint: ': send it in options.token',
+  });
   const parsed = PromptBody.safeParse(json);
   if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
   const { message, options: withToken } = parsed.data;
