@@ -170,17 +170,11 @@ async function vesselRequest(
 
 /**
  * The token of a queue request (`options.token`), checked first: a request without a valid one learns nothing about
- * what else is wrong with it. Its refusal is `coded`: the interface's /incubate bodies name the failure
- * (`{error:"token_expired"}`, `{error:"invalid_token", message}`), which the renderer writes.
+ * what else is wrong with it.
  */
 async function bodyCaller(json: unknown, req: Request): Promise<Caller> {
   const token = isObject(json) && isObject(json.options) ? json.options.token : undefined;
-  try {
-    return await authenticate(typeof token === 'string' ? token : undefined, { origin: req.headers.get('origin'), missingHint: ': send it in options.token' });
-  } catch (err) {
-    if (err instanceof Refused && err.refusal.kind === 'token') throw new Refused({ ...err.refusal, coded: true });
-    throw err;
-  }
+  return authenticate(typeof token === 'string' ? token : undefined, { origin: req.headers.get('origin'), missingHint: ': send it in options.token' });
 }
 
 /** The caller of a bearer token, or none when it is missing or not valid (the vessel is then "not found"). */

@@ -1,12 +1,11 @@
 import { BUSY_RETRY_AFTER_SECONDS } from '../config/timing.ts';
 import { messageOf } from './describe.ts';
-import { statusOf, type Refusal } from './refusal.ts';
+import { statusOf, type Refusal, type TokenRefusalCode } from './refusal.ts';
 
 /**
  * Refusals in the conjure envelope (`/usage`, `/prompt`, `/incubate`, `/ws`): `{error: <code>, message?, …figures}`
  * with the bodies the interface lists (docs/api.md, "Errors"). The code is the refusal's kind, except where the
- * interface names another, and token failures, whose body is `{error: <what is wrong>}` as the interface shows for
- * /prompt — or, for a `coded` one, `{error: "token_expired"}` and `{error: "invalid_token", message}` as /incubate's.
+ * interface names another. Token failures speak one vocabulary on every conjure route (`tokenError`).
  */
 export function conjureRefusal(refusal: Refusal): Response {
   const { status, body, headers } = conjureRefusalParts(refusal);
@@ -22,8 +21,7 @@ export function conjureRefusalParts(refusal: Refusal): { status: number; body: R
   const parts = (body: Record<string, unknown>, headers: Record<string, string> = {}) => ({ status, body, headers });
   switch (refusal.kind) {
     case 'token':
-      if (!refusal.coded) return parts({ error: refusal.message });
-      return parts(refusal.code === 'token_expired' ? { error: 'token_expired' } : { error: 'invalid_token', message: refusal.message });
+      return parts({ error: tokenError(refusal.code), message: refusal.message });
     case 'budget_exhausted':
     case 'budget_held':
       return parts(
@@ -51,6 +49,15 @@ export function conjureRefusalParts(refusal: Refusal): { status: number; body: R
     default:
       return parts({ error: refusal.kind, message: refusal.message });
   }
+}
+
+/**
+ * The 401 code of the conjure routes (docs/api.md, "401 messages"): `token_expired` — the interface's /incubate body —
+ * for an expired token, `invalid_token` for every other failure (missing, malformed, forged, unknown issuer), with the
+ * message saying which. The interface's /prompt 401 is "a message that the token expired": that is `message`.
+ */
+export function tokenError(code: TokenRefusalCode): 'token_expired' | 'invalid_token' {
+  return code === 'token_expired' ? 'token_expired' : 'invalid_token';
 }
 
 /** A /ws `error` frame (docs/ws.md, "Errors"). */

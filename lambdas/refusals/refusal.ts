@@ -14,11 +14,8 @@ export type Refusal =
   | { kind: 'not_found'; message: string }
   /** `allow`: the methods the path does support (RFC 9110 requires them on a 405). */
   | { kind: 'method_not_allowed'; message: string; allow: string[] }
-  /**
-   * The token is missing, malformed, forged, expired, or names no project: 401. `coded`: the surface names the
-   * failure by a code rather than in words, as /incubate's interface does for `options.token` (docs/incubate.md).
-   */
-  | { kind: 'token'; code: TokenRefusalCode; message: string; coded?: true }
+  /** The token is missing, malformed, forged, expired, or names no project: 401. */
+  | { kind: 'token'; code: TokenRefusalCode; message: string }
   /**
    * The request comes from a page whose `Origin` the token's project (or the token's own `origins` claim) does not
    * allow (DESIGN §10, "Origins per project"): 403, before any work.

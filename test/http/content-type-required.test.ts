@@ -137,10 +137,7 @@ describe('over HTTP: each route × each content type', () => {
   });
 
   it.each(ROUTES)('%s: application/json with or without parameters, in any case, is read (here: 401 for the missing token)', async (route) => {
-    const expected =
-      route === '/prompt'
-        ? { error: 'Missing token: send it in options.token' }
-        : { error: 'invalid_token', message: 'Missing token: send it in options.token' };
+    const expected = { error: 'invalid_token', message: 'Missing token: send it in options.token' };
     for (const contentType of ACCEPTED) {
       expect({ contentType, ...(await post(route, bodyFor(route, undefined, `ct-ok-${++seq}`), contentType)) }).toEqual({
         contentType,

@@ -201,7 +201,7 @@ describe('origins per project and per token', () => {
     const bad = await mintToken({ projectId: gw.projectId, userId: 'u', secret: gw.secret, budget: BUDGET, expiresInSeconds: 60, origins: ['nope'] });
     const malformed = await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${bad}` } });
     expect(malformed.status).toBe(401);
-    expect((await malformed.json()).error).toMatch(/^Token claims invalid: origins\.0 "nope" is not an origin/);
+    expect((await malformed.json()).message).toMatch(/^Token claims invalid: origins\.0 "nope" is not an origin/);
   });
 });
 

@@ -287,6 +287,9 @@ describe('tokens: cheap checks before any store access, claims tighter', () => {
   it('/usage with the token in x-api-key says where it goes', async () => {
     const res = await fetch(`${gw.url}/usage`, { headers: { 'x-api-key': token } });
     expect(res.status).toBe(401);
-    expect(await res.json()).toEqual({ error: 'Missing token: /usage reads the token from "Authorization: Bearer <token>", not from x-api-key' });
+    expect(await res.json()).toEqual({
+      error: 'invalid_token',
+      message: 'Missing token: /usage reads the token from "Authorization: Bearer <token>", not from x-api-key',
+    });
   });
 });

@@ -127,7 +127,7 @@ console.error('RESULT ' + JSON.stringify(res));`;
       path: '/usage',
       status: 401,
       // the payload has no sub: refused before any store access (there is no store here)
-      error: 'Token claim invalid: sub (missing)',
+      error: 'invalid_token',
       requestId: result.headers['request-id'],
       totalMs: expect.any(Number),
     });

@@ -268,10 +268,16 @@ describe('refusals, with the exact bodies', () => {
     return { status: res.status, body: (await res.json()) as Record<string, unknown> };
   }
 
-  it('a bad token: 401 {error}', async () => {
+  it('a bad token: 401 {error: invalid_token, message}', async () => {
     const forged = `${(await user()).token.slice(0, -4)}AAAA`;
-    expect(await refused({ message: 'hi', options: { token: forged } })).toEqual({ status: 401, body: { error: 'Token signature is invalid' } });
-    expect(await refused({ message: 'hi', options: {} })).toEqual({ status: 401, body: { error: 'Missing token: send it in options.token' } });
+    expect(await refused({ message: 'hi', options: { token: forged } })).toEqual({
+      status: 401,
+      body: { error: 'invalid_token', message: 'Token signature is invalid' },
+    });
+    expect(await refused({ message: 'hi', options: {} })).toEqual({
+      status: 401,
+      body: { error: 'invalid_token', message: 'Missing token: send it in options.token' },
+    });
   });
 
   it('a spent AI budget and a spent compute budget: 429 user_budget_exhausted with both meters', async () => {

@@ -142,7 +142,7 @@ describe('400', () => {
 });
 
 describe('401: the token is checked first', () => {
-  it('expired → {"error":"token_expired"}; missing, forged or of no project → invalid_token with the reason; on /incubate and /incubate/batch alike', async () => {
+  it('expired → {"error":"token_expired","message":"Token expired"}; missing, forged or of no project → invalid_token with the reason; on /incubate and /incubate/batch alike', async () => {
     const expired = await mintToken({
       projectId: gw.projectId,
       userId: 'late',
@@ -160,7 +160,7 @@ describe('401: the token is checked first', () => {
       expiresInSeconds: 60,
     });
     const cases: [unknown, Record<string, unknown>][] = [
-      [expired, { error: 'token_expired' }],
+      [expired, { error: 'token_expired', message: 'Token expired' }],
       [undefined, { error: 'invalid_token', message: 'Missing token: send it in options.token' }],
       [42, { error: 'invalid_token', message: 'Missing token: send it in options.token' }],
       [forged, { error: 'invalid_token', message: 'Token signature is invalid' }],
