@@ -14,7 +14,7 @@ export const OWN_PROCESS_FILES = ['test/webhooks/secrets.test.ts'] as const;
 
 /**
  * `npm run test:system`: whole processes and real engines — `kill -9` crash tests, client disconnects at the socket,
- * the engines `npm start` starts, `cdk synth` and the Lambda bundles, the real Claude Code.
+ * the engines `npm start` starts, `cdk synth` and the Lambda bundles, the real Claude Code, a real Chromium.
  */
 export const SYSTEM_FILES = [
   'test/vessels/crash.test.ts',
@@ -25,6 +25,7 @@ export const SYSTEM_FILES = [
   'test/lib/synth.test.ts',
   'test/lib/handlers.test.ts',
   'test/clients/claude-code.test.ts',
+  'test/clients/browser.test.ts',
 ] as const;
 
 /**
