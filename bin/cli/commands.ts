@@ -1,3 +1,5 @@
+import { decodeJwt } from 'jose';
+import { clock } from '../../lambdas/config/clock.ts';
 import * as z from 'zod';
 import { WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
@@ -18,6 +20,9 @@ import {
   setDeveloperPlan,
   setModelPricing,
   setProjectOrigins,
+  revokeToken,
+  revokeUserTokens,
+  setUserBlocked,
   setProviderKey,
 } from '../../lambdas/registry/registry.ts';
 import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
@@ -54,7 +59,7 @@ export interface Command {
  */
 function takesEffect(
   target: Pick<Target, 'kind' | 'secretCacheSeconds'>,
-  change: 'secret' | 'provider-key' | 'pricing' | 'origins',
+  change: 'secret' | 'provider-key' | 'pricing' | 'origins' | 'revocation' | 'unblock',
 ): { seconds: number; text: string } {
   const s = target.secretCacheSeconds;
   if (target.kind === 'local') return { seconds: s, text: `The local gateway picks up the change within ${s} s.` };
@@ -74,6 +79,16 @@ function takesEffect(
       return {
         seconds: s,
         text: `${within}; if the model had no price for this project, the first request for it makes an instance re-read the project at once.`,
+      };
+    case 'revocation':
+      return {
+        seconds: s,
+        text: `${within}: until then an instance that cached the project earlier may still serve the revoked tokens.`,
+      };
+    case 'unblock':
+      return {
+        seconds: s,
+        text: `${within}; a request the cached record would refuse makes an instance re-read the project at once, so the user's tokens work again immediately.`,
       };
     case 'origins':
       return {
@@ -112,6 +127,24 @@ function parse<T extends z.ZodRawShape>(shape: T, flags: Flags): z.infer<z.ZodOb
 }
 
 export class UsageError extends Error {}
+
+/** `--expires-at`: an ISO 8601 time or unix seconds. */
+function unixSeconds(text: string): number {
+  const seconds = /^\d+$/.test(text) ? Number(text) : Math.floor(Date.parse(text) / 1000);
+  if (!Number.isSafeInteger(seconds) || seconds <= 0)
+    throw new UsageError(`--expires-at must be an ISO 8601 time (2026-12-31T00:00:00Z) or unix seconds, got "${text}"`);
+  return seconds;
+}
+
+/** The claims of a token the owner hands the CLI, read without its signature (the CLI holds the store, not a key to guard). */
+function tokenClaims(token: string): Record<string, unknown> {
+  try {
+    const claims = decodeJwt(token);
+    return claims as Record<string, unknown>;
+  } catch {
+    throw new UsageError('--token is not a JWT');
+  }
+}
 
 /** A refused operation outside the registry (a vessel that cannot be redelivered) exits like a registry refusal: 1. */
 async function refusedAsRegistryError<T>(run: () => Promise<T>): Promise<T> {
@@ -304,6 +337,84 @@ export const COMMANDS: Record<string, Command> = {
       return {
         data: { projectId: project.projectId, origins, takesEffectWithinSeconds: effect.seconds },
         text: `${project.projectId} takes requests from ${origins === 'any' ? 'any origin' : origins.join(', ')} (and from clients that send no Origin: servers, CLIs, apps)\n${effect.text}`,
+      };
+    },
+  },
+  'token revoke': {
+    usage: 'token revoke --project ID (--token JWT | --jti JTI [--expires-at 2026-12-31T00:00:00Z])',
+    summary: "revoke one user token (by the token itself, or its jti and expiry); the user's other tokens keep working",
+    async run(flags, ctx) {
+      const o = parse(
+        {
+          project: required('project', Identifier),
+          token: z.string().min(1, '--token must not be empty').optional(),
+          jti: z.string().min(1, '--jti must not be empty').max(128, '--jti is at most 128 characters').optional(),
+          'expires-at': z.string().optional(),
+        },
+        flags,
+      );
+      if ((o.token === undefined) === (o.jti === undefined)) throw new UsageError('give either --token (the token itself) or --jti');
+      let jti = o.jti;
+      let expiresAt = o['expires-at'] === undefined ? 0 : unixSeconds(o['expires-at']);
+      if (o.token !== undefined) {
+        if (o['expires-at'] !== undefined) throw new UsageError('--expires-at goes with --jti; a --token carries its own exp');
+        const claims = tokenClaims(o.token);
+        if (claims.iss !== o.project) throw new UsageError(`--token was issued by project ${String(claims.iss)}, not ${o.project}`);
+        if (typeof claims.jti !== 'string')
+          throw new UsageError('--token has no jti claim: revoke its user\'s tokens with "gateway user revoke-tokens", or block the user');
+        jti = claims.jti;
+        expiresAt = typeof claims.exp === 'number' ? claims.exp : 0;
+      }
+      const target = await ctx.connect();
+      await revokeToken(o.project, jti!, expiresAt);
+      const effect = takesEffect(target, 'revocation');
+      const until = expiresAt ? `until it expires at ${new Date(expiresAt * 1000).toISOString()}` : 'with no expiry given: kept until the project is changed';
+      return {
+        data: { projectId: o.project, jti, expiresAt: expiresAt || null, takesEffectWithinSeconds: effect.seconds },
+        text: `Revoked token ${jti} of ${o.project} (${until})\n${effect.text}`,
+      };
+    },
+  },
+  'user block': {
+    usage: 'user block --project ID --user U',
+    summary: 'refuse every token of a user (every route; their queued vessels end FAILED, an open /ws session closes)',
+    async run(flags, ctx) {
+      const o = parse({ project: required('project', Identifier), user: required('user', Identifier) }, flags);
+      const target = await ctx.connect();
+      await setUserBlocked(o.project, o.user, true);
+      const effect = takesEffect(target, 'revocation');
+      return {
+        data: { projectId: o.project, userId: o.user, blocked: true, takesEffectWithinSeconds: effect.seconds },
+        text: `Blocked user ${o.user} of ${o.project}\n${effect.text}`,
+      };
+    },
+  },
+  'user unblock': {
+    usage: 'user unblock --project ID --user U',
+    summary: "let a blocked user's tokens work again",
+    async run(flags, ctx) {
+      const o = parse({ project: required('project', Identifier), user: required('user', Identifier) }, flags);
+      const target = await ctx.connect();
+      await setUserBlocked(o.project, o.user, false);
+      const effect = takesEffect(target, 'unblock');
+      return {
+        data: { projectId: o.project, userId: o.user, blocked: false, takesEffectWithinSeconds: effect.seconds },
+        text: `Unblocked user ${o.user} of ${o.project}\n${effect.text}`,
+      };
+    },
+  },
+  'user revoke-tokens': {
+    usage: 'user revoke-tokens --project ID --user U',
+    summary: 'revoke every token of a user issued until now; tokens minted from now on work',
+    async run(flags, ctx) {
+      const o = parse({ project: required('project', Identifier), user: required('user', Identifier) }, flags);
+      const target = await ctx.connect();
+      const before = Math.floor(clock.now() / 1000);
+      await revokeUserTokens(o.project, o.user, before);
+      const effect = takesEffect(target, 'revocation');
+      return {
+        data: { projectId: o.project, userId: o.user, revokedBefore: before, takesEffectWithinSeconds: effect.seconds },
+        text: `Revoked the tokens of user ${o.user} of ${o.project} issued up to ${new Date(before * 1000).toISOString()} (those minted from the next second on work)\n${effect.text}`,
       };
     },
   },

@@ -20,6 +20,8 @@ export const GatewayClaims = z.object({
   exp: z.number().int(),
   iat: z.number().int().optional(),
   nbf: z.number().int().optional(),
+  /** The token's id, by which one token can be revoked (`gateway token revoke`; auth/revocations.ts). */
+  jti: z.string().min(1).max(128).optional(),
   budget: BudgetClaim,
   /** The origins a page may use this token from, within its project's (DESIGN §10; lambdas/origins/pattern.ts). */
   origins: originList(MAX_TOKEN_ORIGINS).optional(),
@@ -32,6 +34,9 @@ export interface Caller {
   userId: string;
   budget: BudgetClaim;
   expiresAt: number;
+  /** `jti` and `iat` (unix seconds), for revocation (auth/revocations.ts). */
+  tokenId?: string;
+  issuedAt?: number;
   /** The token's own `origins` claim, canonical: narrows the project's origins (lambdas/origins/allowed.ts). */
   origins?: readonly string[];
 }

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { SignJWT, errors as joseErrors, jwtVerify } from 'jose';
 import { clock } from '../config/clock.ts';
 import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
@@ -103,6 +104,8 @@ export async function verifyToken(token: string | undefined, lookupSecret: Secre
     budget: Object.freeze(claims.data.budget),
     expiresAt: claims.data.exp,
     ...(claims.data.origins ? { origins: Object.freeze(claims.data.origins) } : {}),
+    ...(claims.data.jti ? { tokenId: claims.data.jti } : {}),
+    ...(claims.data.iat !== undefined ? { issuedAt: claims.data.iat } : {}),
   });
   remember(token, caller, signedWith, claims.data);
   return caller;
@@ -162,6 +165,8 @@ export interface MintOptions {
   expiresInSeconds: number;
   /** The `origins` claim: the origins a page may use the token from, within its project's (DESIGN §10). */
   origins?: string[];
+  /** The `jti`, by which the token can be revoked alone (auth/revocations.ts); a random UUID unless given. */
+  tokenId?: string;
   algorithm?: (typeof ACCEPTED_ALGORITHMS)[number];
   now?: number;
 }
@@ -173,6 +178,7 @@ export async function mintToken(opts: MintOptions): Promise<string> {
     .setProtectedHeader({ alg: opts.algorithm ?? 'HS256', typ: 'JWT' })
     .setIssuer(opts.projectId)
     .setSubject(opts.userId)
+    .setJti(opts.tokenId ?? randomUUID())
     .setIssuedAt(nowSeconds)
     .setExpirationTime(nowSeconds + opts.expiresInSeconds)
     .sign(encoder.encode(opts.secret));

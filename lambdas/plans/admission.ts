@@ -1,6 +1,7 @@
 import { clock } from '../config/clock.ts';
 import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
+import { revocationRefusal } from '../auth/revocations.ts';
 import { budgetFigures, readUsage, reserve, secondsToReset, settle, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import type { Refusable, Refusal } from '../refusals/refusal.ts';
 import { cachedProject } from '../registry/project-cache.ts';
@@ -59,6 +60,9 @@ export async function admitRun(
 export async function developerPlan(caller: Caller, now = new Date(clock.now())): Promise<Refusable<{ developer: Developer }>> {
   const project = await cachedProject(caller.projectId);
   if (!project) return { ok: false, refusal: unknownIssuer() };
+  // A run admitted later than its request (a vessel when it is due, a /ws turn) meets a block or revocation made since.
+  const revoked = revocationRefusal(caller, project);
+  if (revoked) return { ok: false, refusal: revoked };
   const [developer, used] = await Promise.all([getDeveloper(project.developerId), developerComputeUsed(project.developerId, now)]);
   // A project always names an existing developer (the registry refuses otherwise): a missing one is broken data.
   if (!developer) throw new Error(`Developer ${project.developerId} of project ${project.projectId} does not exist`);

@@ -53,11 +53,12 @@ export function conjureRefusalParts(refusal: Refusal): { status: number; body: R
 
 /**
  * The 401 code of the conjure routes (docs/api.md, "401 messages"): `token_expired` — the interface's /incubate body —
- * for an expired token, `invalid_token` for every other failure (missing, malformed, forged, unknown issuer), with the
- * message saying which. The interface's /prompt 401 is "a message that the token expired": that is `message`.
+ * for an expired token, `token_revoked` for a revoked one or a blocked user's (auth/revocations.ts), `invalid_token`
+ * for every other failure (missing, malformed, forged, unknown issuer), with the message saying which. The
+ * interface's /prompt 401 is "a message that the token expired": that is `message`.
  */
-export function tokenError(code: TokenRefusalCode): 'token_expired' | 'invalid_token' {
-  return code === 'token_expired' ? 'token_expired' : 'invalid_token';
+export function tokenError(code: TokenRefusalCode): 'token_expired' | 'token_revoked' | 'invalid_token' {
+  return code === 'token_expired' || code === 'token_revoked' ? code : 'invalid_token';
 }
 
 /** A /ws `error` frame (docs/ws.md, "Errors"). */

@@ -14,7 +14,7 @@ export type Refusal =
   | { kind: 'not_found'; message: string }
   /** `allow`: the methods the path does support (RFC 9110 requires them on a 405). */
   | { kind: 'method_not_allowed'; message: string; allow: string[] }
-  /** The token is missing, malformed, forged, expired, or names no project: 401. */
+  /** The token is missing, malformed, forged, expired, revoked (or its user blocked), or names no project: 401. */
   | { kind: 'token'; code: TokenRefusalCode; message: string }
   /**
    * The request comes from a page whose `Origin` the token's project (or the token's own `origins` claim) does not
@@ -54,7 +54,7 @@ export type Refusal =
   | { kind: 'trigger_failed'; message: string };
 
 export type RefusalKind = Refusal['kind'];
-export type TokenRefusalCode = 'token_missing' | 'token_malformed' | 'token_expired' | 'token_invalid';
+export type TokenRefusalCode = 'token_missing' | 'token_malformed' | 'token_expired' | 'token_invalid' | 'token_revoked';
 
 /** A meter's figures at the moment of a budget refusal (the interface's `{used, remaining, budget}`). */
 export interface MeterFigures {

@@ -58,5 +58,14 @@ export const Project = z.object({
    * patterns of lambdas/origins/pattern.ts); absent: any origin (DESIGN §10).
    */
   origins: z.array(z.string()).optional(),
+  /**
+   * Revocations (DESIGN §10, "Revocation"; lambdas/auth/revocations.ts), kept in the record every token verification
+   * already reads from the cache, so checking them costs no store read: revoked token ids (`jti`) with their token's
+   * `exp` (unix seconds; 0 when not given, kept until removed), blocked users, and per user the time (unix seconds)
+   * before which (inclusive) every token issued is revoked. Bounded by MAX_REVOCATIONS.
+   */
+  revokedTokens: z.record(z.string(), z.number()).optional(),
+  blockedUsers: z.record(z.string(), z.literal(true)).optional(),
+  revokedBefore: z.record(z.string(), z.number()).optional(),
 });
 export type Project = z.infer<typeof Project>;

@@ -4,6 +4,8 @@ import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
+import { MAX_REVOCATIONS, revocationCount } from '../auth/revocations.ts';
+import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { keyCipher } from './key-cipher.ts';
 import { Developer, Project, type CustomPrice, type ProjectProvider } from './model.ts';
 
@@ -141,6 +143,59 @@ export async function setProjectOrigins(projectId: string, origins: string[] | u
     : updateProject(projectId, { expression: 'SET origins = :o', values: { ':o': origins } });
 }
 
+type RevocationMap = 'revokedTokens' | 'blockedUsers' | 'revokedBefore';
+
+/**
+ * Sets (or, with `undefined`, removes) one entry of a project's revocations (auth/revocations.ts), first dropping the
+ * revoked token ids whose tokens have expired anyway, and refusing an entry past MAX_REVOCATIONS. Each write names
+ * one key of one map, so two owners' changes never overwrite each other; the limit is checked on the record as read,
+ * so two racing additions may pass it by one.
+ */
+async function setRevocation(projectId: string, map: RevocationMap, key: string, value: number | true | undefined): Promise<Project> {
+  const project = await getProject(projectId);
+  if (!project) throw new RegistryError(`Project ${projectId} does not exist`);
+  const nowSeconds = Math.floor(clock.now() / 1000);
+  // An expired token is refused for its `exp` already; 0 = its exp was not given, kept until removed.
+  const expired = Object.entries(project.revokedTokens ?? {})
+    .filter(([, exp]) => exp > 0 && exp + TOKEN_CLOCK_TOLERANCE_SECONDS < nowSeconds)
+    .map(([jti]) => jti);
+  const adding = value !== undefined && !Object.hasOwn(project[map] ?? {}, key);
+  if (adding && revocationCount(project) - expired.length >= MAX_REVOCATIONS) {
+    throw new RegistryError(
+      `Project ${projectId} holds ${MAX_REVOCATIONS} revocations, the most a project record may carry: unblock users or remove revoked tokens first (revoked tokens leave by themselves once they expire)`,
+    );
+  }
+  // In batches: one update expression names at most a few hundred attributes comfortably.
+  for (let i = 0; i < expired.length; i += 100) {
+    const names = Object.fromEntries(expired.slice(i, i + 100).map((jti, j) => [`#e${j}`, jti]));
+    await updateProject(projectId, {
+      expression: `REMOVE ${Object.keys(names)
+        .map((n) => `revokedTokens.${n}`)
+        .join(', ')}`,
+      names,
+    });
+  }
+  if (value === undefined) return updateProject(projectId, { expression: `REMOVE ${map}.#k`, names: { '#k': key } });
+  // A nested key can be set only inside an existing map, and one expression cannot create the map and set its key.
+  await updateProject(projectId, { expression: `SET ${map} = if_not_exists(${map}, :empty)`, values: { ':empty': {} } });
+  return updateProject(projectId, { expression: `SET ${map}.#k = :v`, names: { '#k': key }, values: { ':v': value } });
+}
+
+/** Revokes one token by its `jti`, until its `exp` (unix seconds; 0 when unknown: kept until removed). */
+export async function revokeToken(projectId: string, jti: string, expiresAt: number): Promise<Project> {
+  return setRevocation(projectId, 'revokedTokens', jti, expiresAt);
+}
+
+/** Blocks (or unblocks) a user: every token of theirs is refused, and their queued vessels end FAILED. */
+export async function setUserBlocked(projectId: string, userId: string, blocked: boolean): Promise<Project> {
+  return setRevocation(projectId, 'blockedUsers', userId, blocked ? true : undefined);
+}
+
+/** Revokes every token of a user issued at or before `beforeSeconds` (unix seconds); tokens issued later work. */
+export async function revokeUserTokens(projectId: string, userId: string, beforeSeconds: number): Promise<Project> {
+  return setRevocation(projectId, 'revokedBefore', userId, beforeSeconds);
+}
+
 /** What an operator may see of a project: everything but the secret's value and the provider keys' values. */
 export function describeProject(project: Project) {
   return {
@@ -149,6 +204,9 @@ export function describeProject(project: Project) {
     providerKeys: Object.keys(project.providerKeys),
     pricing: project.pricing,
     origins: project.origins ?? 'any',
+    revokedTokens: Object.keys(project.revokedTokens ?? {}).length,
+    blockedUsers: Object.keys(project.blockedUsers ?? {}),
+    tokensRevokedBefore: project.revokedBefore ?? {},
     createdAt: project.createdAt,
     secretRotatedAt: project.secretRotatedAt,
   };

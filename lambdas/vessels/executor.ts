@@ -112,13 +112,17 @@ async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refus
     await sendRunMessage({ ...message, waits }, heldBudgetBackoffSeconds(waits));
     return;
   }
+  const revoked = refusal.kind === 'token' && refusal.code === 'token_revoked';
   const subtype =
     refusal.kind === 'budget_exhausted'
       ? 'error_user_budget_exhausted'
       : refusal.kind === 'developer_budget_exhausted'
         ? 'error_developer_budget_exhausted'
-        : 'error_during_execution';
-  const text = refusal.kind === 'token' ? 'The vessel could not run: its project no longer exists' : `The vessel could not run: ${messageOf(refusal)}`;
+        : revoked
+          ? 'error_token_revoked'
+          : 'error_during_execution';
+  const text =
+    refusal.kind === 'token' && !revoked ? 'The vessel could not run: its project no longer exists' : `The vessel could not run: ${messageOf(refusal)}`;
   await endVessel(vessel, {
     to: 'FAILED',
     from: ['PENDING', 'QUEUED'],

@@ -19,6 +19,8 @@ export type VesselEndSubtype =
   | 'error_user_budget_exhausted'
   /** The developer's monthly compute was spent when the vessel was due. */
   | 'error_developer_budget_exhausted'
+  /** The user was blocked, or the vessel's token revoked, before the vessel was due (auth/revocations.ts). */
+  | 'error_token_revoked'
   | 'canceled';
 
 /** The interface's `output`, present once the vessel has ended; `result` carries the run's figures. */
