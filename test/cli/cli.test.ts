@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../bin/gateway.ts';
+import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { resolveTarget } from '../../bin/cli/target.ts';
 import { addDeveloperCompute } from '../../lambdas/budgets/developer-month.ts';
 import { acquireLease } from '../../lambdas/plans/leases.ts';
@@ -215,6 +216,9 @@ describe('operator CLI against a running local gateway', () => {
       providerKeys: ['openai'],
       pricing: { 'my-model': { inputUsdPerMtok: 1.5, outputUsdPerMtok: 2, cacheReadUsdPerMtok: 0.15 } },
       origins: 'any',
+      revokedTokens: 0,
+      blockedUsers: [],
+      tokensRevokedBefore: {},
       createdAt: expect.any(String),
     });
 
@@ -273,6 +277,10 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
       'project set-provider-key',
       'project set-pricing',
       'project set-origins',
+      'token revoke',
+      'user block',
+      'user unblock',
+      'user revoke-tokens',
       'webhook show',
       'webhook redeliver',
       'token mint',
@@ -345,7 +353,7 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     ],
     [['developer'], 'error: missing subcommand for developer: one of create, set-plan, show\n'],
     [['project'], 'error: missing subcommand for project: one of create, show, rotate-secret, set-provider-key, set-pricing, set-origins\n'],
-    [['token'], 'error: missing subcommand for token: one of mint\n'],
+    [['token'], 'error: missing subcommand for token: one of mint, revoke\n'],
     [['developer', 'delete', '--id', 'x'], 'error: unknown subcommand "delete" for developer: one of create, set-plan, show\n'],
     [['developer', 'create', '--foo'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
     [['developer', 'create', '--foo=1', '--id', 'x'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
@@ -513,6 +521,55 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     expect(JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()).origins).toEqual(['http://localhost:*']);
   });
 
+  it('token revoke, user block|unblock, user revoke-tokens: the project record changes; wrong invocations are exit 2', async () => {
+    const project = await createProject({ developerId: gw.developerId });
+    const p = project.projectId;
+    const minted = JSON.parse(
+      (await run(['token', 'mint', '--project', p, '--user', 'u1', '--ai-microdollars', '1', '--compute-seconds', '1', '--window', 'day', '--json'])).stdout,
+    ) as { token: string };
+    const { jti, exp } = decodeJwt(minted.token);
+    expect(jti).toMatch(/^[0-9a-f-]{36}$/);
+
+    const byToken = await run(['token', 'revoke', '--project', p, '--token', minted.token, '--json']);
+    expect(JSON.parse(byToken.stdout)).toEqual({ projectId: p, jti, expiresAt: exp, takesEffectWithinSeconds: 1 });
+    const byJti = await run(['token', 'revoke', '--project', p, '--jti', 'other-id', '--expires-at', '2030-01-01T00:00:00Z']);
+    expect(byJti.code).toBe(0);
+    expect(byJti.stdout.split('\n')[0]).toBe(`Revoked token other-id of ${p} (until it expires at 2030-01-01T00:00:00.000Z)`);
+    expect((await getProject(p))?.revokedTokens).toEqual({ [jti!]: exp, 'other-id': 1_893_456_000 });
+
+    expect((await run(['user', 'block', '--project', p, '--user', 'u1'])).stdout.split('\n')[0]).toBe(`Blocked user u1 of ${p}`);
+    expect((await getProject(p))?.blockedUsers).toEqual({ u1: true });
+    expect(JSON.parse((await run(['project', 'show', '--project', p, '--json'])).stdout)).toMatchObject({ revokedTokens: 2, blockedUsers: ['u1'] });
+    expect((await run(['user', 'unblock', '--project', p, '--user', 'u1'])).code).toBe(0);
+    expect((await getProject(p))?.blockedUsers).toEqual({});
+    const cut = JSON.parse((await run(['user', 'revoke-tokens', '--project', p, '--user', 'u1', '--json'])).stdout) as { revokedBefore: number };
+    expect((await getProject(p))?.revokedBefore).toEqual({ u1: cut.revokedBefore });
+
+    expect(await run(['token', 'revoke', '--project', p])).toEqual({ code: 2, stdout: '', stderr: 'error: give either --token (the token itself) or --jti\n' });
+    expect(await run(['token', 'revoke', '--project', p, '--jti', 'x', '--expires-at', 'soon'])).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'error: --expires-at must be an ISO 8601 time (2026-12-31T00:00:00Z) or unix seconds, got "soon"\n',
+    });
+    const foreign = await mintToken({
+      projectId: 'someone-else',
+      userId: 'u',
+      secret: 's'.repeat(40),
+      budget: { ai: 1, compute: 1, window: 'day' },
+      expiresInSeconds: 60,
+    });
+    expect(await run(['token', 'revoke', '--project', p, '--token', foreign])).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: `error: --token was issued by project someone-else, not ${p}\n`,
+    });
+    expect(await run(['user', 'block', '--project', 'no-such-project', '--user', 'u1'])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'error: Project no-such-project does not exist\n',
+    });
+  });
+
   it('checks the flags before it looks for a gateway: a wrong invocation is exit 2 even with none running', async () => {
     let stderr = '';
     const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
@@ -562,7 +619,18 @@ describe('registry (in process)', () => {
     expect(rotated.secretRotatedAt).toMatch(/^\d{4}-/);
     const d = describeProject(rotated);
     expect(JSON.stringify(d)).not.toContain(rotated.secret);
-    expect(Object.keys(d).sort()).toEqual(['createdAt', 'developerId', 'origins', 'pricing', 'projectId', 'providerKeys', 'secretRotatedAt']);
+    expect(Object.keys(d).sort()).toEqual([
+      'blockedUsers',
+      'createdAt',
+      'developerId',
+      'origins',
+      'pricing',
+      'projectId',
+      'providerKeys',
+      'revokedTokens',
+      'secretRotatedAt',
+      'tokensRevokedBefore',
+    ]);
   });
 
   it('LocalKeyCipher: AES-GCM bound to the project, fresh IV each time, 0600 key file', async () => {
