@@ -340,6 +340,71 @@ export const COMMANDS: Record<string, Command> = {
       };
     },
   },
+  'webhook show': {
+    usage: 'webhook show --vessel ID',
+    summary: "a vessel's callback delivery: status and every attempt (time, status code or error, duration)",
+    async run(flags, ctx) {
+      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
+      await ctx.connect();
+      const shown = await refusedAsRegistryError(() => webhookOf(o.vessel));
+      const w = shown.webhook;
+      return {
+        data: shown,
+        text: [
+          `Vessel ${shown.vesselId} (${shown.status}) → ${shown.url}${shown.signed ? ' (signed)' : ''}`,
+          w ? `  delivery: ${w.status}${'failure' in w && w.failure ? ` (${w.failure})` : ''}` : '  delivery: not started (the vessel has not ended)',
+          ...(w?.attempts ?? []).map((a) => `    round ${a.round} attempt ${a.attempt} at ${a.time}: ${a.statusCode ?? a.error} in ${a.durationMs} ms`),
+          ...(w && 'nextAttemptAt' in w && w.nextAttemptAt ? [`  next attempt: ${w.nextAttemptAt}`] : []),
+        ].join('\n'),
+      };
+    },
+  },
+  'webhook redeliver': {
+    usage: 'webhook redeliver --vessel ID',
+    summary: "send an ended vessel's callback again: a new round of attempts (same webhook-id and body), starting now",
+    async run(flags, ctx) {
+      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
+      await ctx.connect();
+      const out = await refusedAsRegistryError(() => redeliverWebhook(o.vessel));
+      const when = out.handedOff ? 'first attempt now' : 'the webhook queue did not answer: the reconciler hands it off within minutes';
+      return {
+        data: out,
+        text: `Redelivering the callback of vessel ${out.vesselId}: round ${out.round}, ${when} (gateway webhook show --vessel ${out.vesselId} follows it)`,
+      };
+    },
+  },
+  'token mint': {
+    usage: 'token mint --project ID --user U --ai-microdollars N --compute-seconds N --window hour|day|week|month|lifetime [--expires-in 1h] [--origins A,B]',
+    summary: "mint a user's token with a budget (for trying things; project owners mint their own)",
+    async run(flags, ctx) {
+      const o = parse(
+        {
+          project: required('project', Identifier),
+          user: required('user', Identifier),
+          'ai-microdollars': required('ai-microdollars', count('ai-microdollars')),
+          'compute-seconds': required('compute-seconds', count('compute-seconds')),
+          window: required('window', WindowKind),
+          'expires-in': z.string().default('1h'),
+          origins: originsFlag(MAX_TOKEN_ORIGINS).optional(),
+        },
+        flags,
+      );
+      let expiresInSeconds: number;
+      try {
+        expiresInSeconds = parseDuration(o['expires-in']);
+      } catch (err) {
+        throw new UsageError(`--expires-in: ${(err as Error).message}`);
+      }
+      await ctx.connect();
+      const project = await requireProject(o.project);
+      const budget = { ai: o['ai-microdollars'], compute: o['compute-seconds'], window: o.window };
+      const token = await mintToken({ projectId: project.projectId, userId: o.user, secret: project.secret, budget, expiresInSeconds, origins: o.origins });
+      return {
+        data: { token, projectId: project.projectId, userId: o.user, budget, expiresInSeconds, ...(o.origins ? { origins: o.origins } : {}) },
+        text: token,
+      };
+    },
+  },
   'token revoke': {
     usage: 'token revoke --project ID (--token JWT | --jti JTI [--expires-at 2026-12-31T00:00:00Z])',
     summary: "revoke one user token (by the token itself, or its jti and expiry); the user's other tokens keep working",
@@ -415,71 +480,6 @@ export const COMMANDS: Record<string, Command> = {
       return {
         data: { projectId: o.project, userId: o.user, revokedBefore: before, takesEffectWithinSeconds: effect.seconds },
         text: `Revoked the tokens of user ${o.user} of ${o.project} issued up to ${new Date(before * 1000).toISOString()} (those minted from the next second on work)\n${effect.text}`,
-      };
-    },
-  },
-  'webhook show': {
-    usage: 'webhook show --vessel ID',
-    summary: "a vessel's callback delivery: status and every attempt (time, status code or error, duration)",
-    async run(flags, ctx) {
-      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
-      await ctx.connect();
-      const shown = await refusedAsRegistryError(() => webhookOf(o.vessel));
-      const w = shown.webhook;
-      return {
-        data: shown,
-        text: [
-          `Vessel ${shown.vesselId} (${shown.status}) → ${shown.url}${shown.signed ? ' (signed)' : ''}`,
-          w ? `  delivery: ${w.status}${'failure' in w && w.failure ? ` (${w.failure})` : ''}` : '  delivery: not started (the vessel has not ended)',
-          ...(w?.attempts ?? []).map((a) => `    round ${a.round} attempt ${a.attempt} at ${a.time}: ${a.statusCode ?? a.error} in ${a.durationMs} ms`),
-          ...(w && 'nextAttemptAt' in w && w.nextAttemptAt ? [`  next attempt: ${w.nextAttemptAt}`] : []),
-        ].join('\n'),
-      };
-    },
-  },
-  'webhook redeliver': {
-    usage: 'webhook redeliver --vessel ID',
-    summary: "send an ended vessel's callback again: a new round of attempts (same webhook-id and body), starting now",
-    async run(flags, ctx) {
-      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
-      await ctx.connect();
-      const out = await refusedAsRegistryError(() => redeliverWebhook(o.vessel));
-      const when = out.handedOff ? 'first attempt now' : 'the webhook queue did not answer: the reconciler hands it off within minutes';
-      return {
-        data: out,
-        text: `Redelivering the callback of vessel ${out.vesselId}: round ${out.round}, ${when} (gateway webhook show --vessel ${out.vesselId} follows it)`,
-      };
-    },
-  },
-  'token mint': {
-    usage: 'token mint --project ID --user U --ai-microdollars N --compute-seconds N --window hour|day|week|month|lifetime [--expires-in 1h] [--origins A,B]',
-    summary: "mint a user's token with a budget (for trying things; project owners mint their own)",
-    async run(flags, ctx) {
-      const o = parse(
-        {
-          project: required('project', Identifier),
-          user: required('user', Identifier),
-          'ai-microdollars': required('ai-microdollars', count('ai-microdollars')),
-          'compute-seconds': required('compute-seconds', count('compute-seconds')),
-          window: required('window', WindowKind),
-          'expires-in': z.string().default('1h'),
-          origins: originsFlag(MAX_TOKEN_ORIGINS).optional(),
-        },
-        flags,
-      );
-      let expiresInSeconds: number;
-      try {
-        expiresInSeconds = parseDuration(o['expires-in']);
-      } catch (err) {
-        throw new UsageError(`--expires-in: ${(err as Error).message}`);
-      }
-      await ctx.connect();
-      const project = await requireProject(o.project);
-      const budget = { ai: o['ai-microdollars'], compute: o['compute-seconds'], window: o.window };
-      const token = await mintToken({ projectId: project.projectId, userId: o.user, secret: project.secret, budget, expiresInSeconds, origins: o.origins });
-      return {
-        data: { token, projectId: project.projectId, userId: o.user, budget, expiresInSeconds, ...(o.origins ? { origins: o.origins } : {}) },
-        text: token,
       };
     },
   },
