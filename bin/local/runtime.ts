@@ -27,7 +27,7 @@ import { ensureTables, startDynamoLocal, type LocalDynamo } from './dynamodb.ts'
 import { apiGatewayEvent, functionUrlEvent, lambdaContext, readBody, scheduledEvent, splitTarget } from './events.ts';
 import { startLocalIam, type LocalIam } from './iam.ts';
 import { functionEnvironment, installInstances, invokeAs, registerFunctions } from './instances.ts';
-import { apiGatewayLimits, functionUrlPayloadRefusal } from './limits.ts';
+import { apiGatewayLimits, type AwsRefusal, functionUrlPayloadRefusal } from './limits.ts';
 import { pollQueue, sqsClient, startLocalQueues, type LocalQueues, type PollerActivity, type SqsHandler } from './queues.ts';
 import { chainInvocations, invocationTraceHeader, MAX_CHAIN_INVOCATIONS, newTraceHeader } from './recursion.ts';
 import { LocalScheduler } from './scheduler.ts';
@@ -753,12 +753,17 @@ async function route(
     if (refusal) answer(refusal);
     else await invokeStreaming(fn.handler, event, res, fn.functionName, h.invocationTimeoutMs ?? fn.timeoutMs);
   } else if (fn?.kind === 'rest') {
+    // API Gateway's own answers (its DEFAULT_4XX/5XX gateway responses) give a page's Origin back, as the stack
+    // configures them (lib/constructs/api.ts); a function URL's own refusals carry no CORS headers, in AWS or here.
+    const origin = req.headers.origin;
+    const gatewayAnswer = (refusal: AwsRefusal) =>
+      answer(origin === undefined ? refusal : { ...refusal, headers: { ...refusal.headers, 'access-control-allow-origin': origin, vary: 'Origin' } });
     // Every method of a declared path reaches the function with the event API Gateway would give it: OPTIONS (a CORS
     // preflight, routed to the function on every resource with a route: lib/constructs/api.ts) like GET or POST.
     const resource = fn.routes.find((r) => matchesResourcePath(r.path, path))?.path;
     const event = read.truncated ? undefined : apiGatewayEvent(req, read.body, resource);
-    if (!event) answer(apiGatewayLimits.tooLarge);
-    else if (apiGatewayLimits.payloadRefused(event, read.body.length)) answer(apiGatewayLimits.integrationFailure);
+    if (!event) gatewayAnswer(apiGatewayLimits.tooLarge);
+    else if (apiGatewayLimits.payloadRefused(event, read.body.length)) gatewayAnswer(apiGatewayLimits.integrationFailure);
     else {
       // API Gateway answers 504 at its integration time-out; the function runs on, as Lambda's would.
       const invocation = (fn.handler as ApiHandler)(event, lambdaContext(fn.functionName, fn.timeoutMs));
@@ -768,7 +773,7 @@ async function route(
       });
       const result = await Promise.race([invocation, timedOut]).finally(() => clearTimeout(timer));
       if (!result) {
-        answer(apiGatewayLimits.timedOut);
+        gatewayAnswer(apiGatewayLimits.timedOut);
         await invocation.catch(() => undefined);
       } else {
         res.writeHead(result.statusCode, result.headers as Record<string, string>);

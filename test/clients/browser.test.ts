@@ -848,12 +848,9 @@ describeBrowser(`the gateway from a web page on another origin (docs/examples/br
     expect(await serverUsage(token)).toEqual(before);
   });
 
-  // KNOWN BUG (reported; bin/local is not this file's to fix): API Gateway's own answers carry the request's Origin in
-  // the stack (lib/constructs/api.ts, DEFAULT_4XX/5XX gateway responses), so a page reads them; the local runtime's
-  // stand-ins for them (bin/local/limits.ts: the 502 of an event over Lambda's 6 MB, the 413 over 10 MB, the 504) carry
-  // no Access-Control-Allow-Origin, and the page's fetch fails with "TypeError: Failed to fetch". `it.fails` until the
-  // local runtime matches the stack: then this passes, fails as `fails`, and the marker goes.
-  it.fails("API Gateway's own 502 (a 7 MB /incubate body: the integration cannot invoke the function) is readable by the page, as in the stack", async () => {
+  // API Gateway's own answers carry the request's Origin in the stack (lib/constructs/api.ts, DEFAULT_4XX/5XX gateway
+  // responses), and so do the local runtime's stand-ins for them (bin/local/runtime.ts): a page reads them.
+  it("API Gateway's own 502 (a 7 MB /incubate body: the integration cannot invoke the function) is readable by the page, as in the stack", async () => {
     const token = await gw.token({ user: 'too-large-user', budget: BUDGET });
     const got = await inPage(
       async ({ token }) => {
