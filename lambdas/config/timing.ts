@@ -159,6 +159,12 @@ export const MCP_TERMINATE_TIMEOUT_MS = 1_000;
 /** Clock leeway on a token's `exp`, `nbf` and `iat` (docs/contract.md, "Tokens"; docs/api.md: 60 s). */
 export const TOKEN_CLOCK_TOLERANCE_SECONDS = 60;
 /**
+ * A /ws connection opened without a token (a browser's) must send its `auth` frame within this long of the connect,
+ * else it is told `unauthorized` and closed (docs/ws.md, "The auth frame": 10 s): ample for a page to fetch a token,
+ * short enough that an anonymous connection holds nothing for long.
+ */
+export const AUTH_DEADLINE_SECONDS = 10;
+/**
  * A cached project that is about to cause a refusal is read again, but at most this often per project: a flood of bad
  * tokens stays one registry read a second (docs/contract.md, "Project records and when changes take effect").
  */

@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import type { RunEvent, RunResult } from '../agent/result.ts';
+import { MAX_TOKEN_BYTES } from '../auth/tokens.ts';
 import { conjureRefusalFrame } from '../refusals/conjure.ts';
 import { describeIssue } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
@@ -105,6 +106,18 @@ const ToolResult = z.object({
 
 const Interrupt = z.object({ type: z.literal('interrupt') });
 
+/**
+ * The token of a connection opened without one (a browser's: docs/ws.md, "The auth frame"), as its first frame. As
+ * large as a token may be (auth/tokens.ts MAX_TOKEN_BYTES; tokens are ASCII, so characters are bytes).
+ */
+const Auth = z.object({
+  type: z.literal('auth'),
+  token: z
+    .string({ error: 'token is required and must be a string' })
+    .min(1, 'token must not be empty')
+    .max(MAX_TOKEN_BYTES, `token is at most ${MAX_TOKEN_BYTES} characters`),
+});
+
 /** The most parts one message may be sent in (docs/ws.md, "Large messages"). */
 export const MAX_PARTS = 64;
 /** A part's id: the client's name of its message, unique on the connection (it is part of the stored parts' keys). */
@@ -125,19 +138,21 @@ const Part = z
   })
   .refine((p) => p.index < p.count, { message: 'index must be below count (parts are numbered from 0)', path: ['index'] });
 
-const FRAMES = { 'session.start': SessionStart, user: User, tool_result: ToolResult, interrupt: Interrupt, part: Part } as const;
+const FRAMES = { auth: Auth, 'session.start': SessionStart, user: User, tool_result: ToolResult, interrupt: Interrupt, part: Part } as const;
 
 export type PartFrame = z.infer<typeof Part>;
-export type ClientFrame = z.infer<typeof SessionStart> | z.infer<typeof User> | z.infer<typeof ToolResult> | z.infer<typeof Interrupt> | PartFrame;
+export type AuthFrame = z.infer<typeof Auth>;
+export type ClientFrame = AuthFrame | z.infer<typeof SessionStart> | z.infer<typeof User> | z.infer<typeof ToolResult> | z.infer<typeof Interrupt> | PartFrame;
 export type ClientFrameType = keyof typeof FRAMES;
 
 /**
- * A client's frame, or what is wrong with it: an `invalid_frame` error, or `invalid_part` for a `part` frame out of
- * shape (with its `id` when it has a string one).
+ * A client's frame, or what is wrong with it: an `invalid_frame` error, `invalid_part` for a `part` frame out of
+ * shape (with its `id` when it has a string one), or `unauthorized` for an `auth` frame out of shape (its token
+ * missing, not a string, empty or too long: the connection's auth fails).
  */
 export function parseClientFrame(
   data: string | Uint8Array,
-): { ok: true; frame: ClientFrame } | { ok: false; message: string; code: 'invalid_frame' | 'invalid_part'; id?: string } {
+): { ok: true; frame: ClientFrame } | { ok: false; message: string; code: 'invalid_frame' | 'invalid_part' | 'unauthorized'; id?: string } {
   const invalid = (message: string) => ({ ok: false as const, message, code: 'invalid_frame' as const });
   if (typeof data !== 'string') return invalid('Frames are JSON text; a binary frame was received');
   let json: unknown;
@@ -158,6 +173,7 @@ export function parseClientFrame(
   }
   const parsed = schema.safeParse(json);
   if (!parsed.success) {
+    if (type === 'auth') return { ok: false, message: `auth: ${describeIssue(parsed.error)}`, code: 'unauthorized' };
     if (type !== 'part') return invalid(`${type}: ${describeIssue(parsed.error)}`);
     const id = (json as { id?: unknown }).id;
     return { ok: false, message: `part: ${describeIssue(parsed.error)}`, code: 'invalid_part', ...(typeof id === 'string' ? { id } : {}) };
@@ -179,12 +195,16 @@ export type SessionErrorCode =
   | 'no_turn_running'
   | 'rate_limited'
   | 'idle_timeout'
+  | 'unauthorized'
   | 'token_expired'
+  | 'token_revoked'
   | 'session_too_large'
   | 'turn_lost'
   | 'internal_error';
 
 export type ServerFrame =
+  /** The answer to a good `auth` frame: the token's user and its `exp` (unix seconds), when the connection ends. */
+  | { type: 'authenticated'; userId: string; expiresAt: number }
   | { type: 'session'; sessionId: string; resumed: boolean; state: 'idle' | 'running' | 'awaiting_tools'; messages: number }
   | { type: 'assistant'; subtype: 'text'; text: string }
   | { type: 'tool_use'; subtype: 'client' | 'http' | 'mcp'; id: string; name: string; input: unknown }

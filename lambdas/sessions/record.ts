@@ -7,7 +7,8 @@ import type { SessionState } from './states.ts';
 
 /**
  * The items of the Sessions table (docs/ws.md, "Sessions"): a session — its owner, options, conversation and the
- * state of its turn — and each WebSocket connection, with the caller its token named and the session it holds.
+ * state of its turn — and each WebSocket connection, with the caller its token named (none yet for a connection
+ * awaiting its `auth` frame) and the session it holds.
  */
 
 /** The conversation is stored gzip-compressed; past this many bytes the item would near DynamoDB's 400 KB. */
@@ -74,13 +75,34 @@ export interface SessionRecord {
   updatedAt: number;
 }
 
-export interface ConnectionRecord {
+interface ConnectionCommon {
   connectionId: string;
-  caller: Caller;
   sessionId?: string;
   connectedAt: number;
   lastSeenAt: number;
+  /** The `Origin` header of the upgrade (a page's; absent for a server or an app): checked when the token is known. */
+  origin?: string;
 }
+
+/** A connection whose token is known: given on the upgrade, or by its `auth` frame (docs/ws.md, "Connecting"). */
+export interface AuthenticatedConnection extends ConnectionCommon {
+  caller: Caller;
+  authBy?: undefined;
+}
+
+/**
+ * A connection opened without a token (a browser's): it has no caller until its `auth` frame, which must come by
+ * `authBy` (epoch ms, AUTH_DEADLINE_SECONDS after the connect); every other frame is refused meanwhile.
+ */
+export interface AwaitingAuthConnection extends ConnectionCommon {
+  caller?: undefined;
+  authBy: number;
+}
+
+/** A connection item: `caller` is absent until the token is known, so every reader of it must handle its absence. */
+export type ConnectionRecord = AuthenticatedConnection | AwaitingAuthConnection;
+
+export const isAuthenticated = (connection: ConnectionRecord): connection is AuthenticatedConnection => connection.caller !== undefined;
 
 export const sessionKey = (sessionId: string) => ({ pk: `session#${sessionId}` });
 export const connectionKey = (connectionId: string) => ({ pk: `connection#${connectionId}` });
@@ -122,13 +144,16 @@ export function sessionFromItem(item: Record<string, unknown>): SessionRecord {
 }
 
 export function connectionFromItem(item: Record<string, unknown>): ConnectionRecord {
-  return {
+  const common: ConnectionCommon = {
     connectionId: item.connectionId as string,
-    caller: item.caller as Caller,
     ...(typeof item.sessionId === 'string' ? { sessionId: item.sessionId } : {}),
     connectedAt: item.connectedAt as number,
     lastSeenAt: item.lastSeenAt as number,
+    ...(typeof item.origin === 'string' ? { origin: item.origin } : {}),
   };
+  if (item.caller !== undefined && item.caller !== null) return { ...common, caller: item.caller as Caller };
+  // A connection without a caller and without a deadline is not one this code writes: its deadline has passed.
+  return { ...common, authBy: typeof item.authBy === 'number' ? item.authBy : common.connectedAt };
 }
 
 export function pausedRunOf(turn: TurnRecord): PausedRun | undefined {

@@ -7,7 +7,7 @@ import { checkedRunOptions } from '../agent/checked-options.ts';
 import { SessionOptions } from '../agent/options.ts';
 import { authenticate } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
-import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
+import { AUTH_DEADLINE_SECONDS, TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
@@ -15,13 +15,22 @@ import { toolResultProblem } from '../providers/chat-completions/request.ts';
 import { PROVIDER_LABELS } from '../routing/provider-ids.ts';
 import { sqsQueueSender, type QueueSender } from '../queues/sender.ts';
 import { routeModel } from '../routing/route.ts';
-import { conjureRefusalFrame, conjureRefusalParts } from '../refusals/conjure.ts';
+import { conjureRefusalFrame, conjureRefusalParts, tokenError } from '../refusals/conjure.ts';
 import { describeIssue } from '../refusals/describe.ts';
-import { Refused } from '../refusals/refusal.ts';
-import { encodeFrame, errorFrame, parseClientFrame, type ClientFrame, type ServerFrame } from './frames.ts';
-import { missingResults, pausedRunOf, SessionTooLarge, type ConnectionRecord, type SessionRecord } from './record.ts';
+import { Refused, type Refusal } from '../refusals/refusal.ts';
+import { encodeFrame, errorFrame, parseClientFrame, type AuthFrame, type ClientFrame, type ServerFrame } from './frames.ts';
+import {
+  isAuthenticated,
+  missingResults,
+  pausedRunOf,
+  SessionTooLarge,
+  type AuthenticatedConnection,
+  type AwaitingAuthConnection,
+  type SessionRecord,
+} from './record.ts';
 import { visibleState } from './states.ts';
 import {
+  authenticateConnection,
   bindConnection,
   createSession,
   deleteConnection,
@@ -56,7 +65,7 @@ export async function handleSocketEvent(event: WebSocketEvent, deps: SocketDeps 
   emit('SessionEvents', 1);
   switch (event.kind) {
     case 'connect':
-      return connect(event);
+      return connect(event, deps);
     case 'disconnect':
       await disconnect(event.connectionId);
       return webSocketResult();
@@ -66,21 +75,50 @@ export async function handleSocketEvent(event: WebSocketEvent, deps: SocketDeps 
   }
 }
 
-/** The token (header, or `?token=` for browsers), checked before anything is stored: a bad one refuses the upgrade. */
-async function connect(event: Extract<WebSocketEvent, { kind: 'connect' }>): Promise<APIGatewayProxyStructuredResultV2> {
+/** What a connection awaiting its `auth` frame is told when another frame comes first. */
+export const AUTH_FIRST = 'Send {"type":"auth","token":…} first';
+
+/**
+ * The upgrade. With a token (`Authorization: Bearer`, or `?token=`), it is checked before anything is stored, with
+ * the page's `Origin`: a bad token refuses the upgrade with 401, an origin the token or its project does not allow
+ * with 403. Without either (a browser's WebSocket sets no header, and a token in a URL lands in logs), the upgrade is
+ * accepted and the connection awaits its `auth` frame for AUTH_DEADLINE_SECONDS (docs/ws.md, "The auth frame"): a
+ * message on the turn queue, delayed that long, closes it then if it has not authenticated (the sweeper, should the
+ * message be lost).
+ */
+async function connect(event: Extract<WebSocketEvent, { kind: 'connect' }>, deps: SocketDeps): Promise<APIGatewayProxyStructuredResultV2> {
   const header = event.headers.get('authorization');
+  const query = event.query.get('token');
+  const origin = event.headers.get('origin');
+  if (header === null && query === null) {
+    const now = clock.now();
+    await putConnection(event.connectionId, undefined, now, { origin });
+    const deadline: AuthDeadlineMessage = { kind: 'auth_deadline', connectionId: event.connectionId, callbackUrl: event.callbackUrl };
+    await deps.queue.send('turn', deadline, { delaySeconds: AUTH_DEADLINE_SECONDS }).catch((err: unknown) => {
+      // Not worth refusing the connection for: the sweeper closes it at its next run instead.
+      logger.warn('the auth deadline of a /ws connection could not be queued', { error: err as Error, connectionId: event.connectionId });
+    });
+    return webSocketResult();
+  }
   const bearer = header?.match(/^Bearer\s+(.+)$/i)?.[1]?.trim();
-  const token = bearer ?? event.query.get('token') ?? undefined;
+  const token = bearer ?? query ?? undefined;
   let caller: Caller;
   try {
-    caller = await authenticate(token, { missingHint: ': send it as "Authorization: Bearer <token>" or ?token=' });
+    caller = await authenticate(token, { origin, missingHint: ': send it as "Authorization: Bearer <token>" or ?token=' });
   } catch (err) {
     if (!(err instanceof Refused)) throw err;
     const { status, body } = conjureRefusalParts(err.refusal);
     return webSocketResult(status, JSON.stringify(body));
   }
-  await putConnection(event.connectionId, caller);
+  await putConnection(event.connectionId, caller, clock.now(), { origin });
   return webSocketResult();
+}
+
+/** The turn queue's message that ends a connection still awaiting its `auth` frame at its deadline (sessions/turn.ts). */
+export interface AuthDeadlineMessage {
+  kind: 'auth_deadline';
+  connectionId: string;
+  callbackUrl: string;
 }
 
 /** The client left: its connection is forgotten and a turn running for it stops (resumable later by sessionId). */
@@ -96,7 +134,7 @@ async function disconnect(connectionId: string): Promise<void> {
 interface FrameContext {
   connectionId: string;
   callbackUrl: string;
-  connection: ConnectionRecord;
+  connection: AuthenticatedConnection;
   reply: (frame: ServerFrame) => Promise<void>;
   deps: SocketDeps;
 }
@@ -120,10 +158,30 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
     return;
   }
   const { connection } = touched;
+  // A malformed `auth` frame (parseClientFrame's `unauthorized`) is an `auth` frame all the same.
+  const auth: AuthFrame | 'malformed' | undefined = parsed.ok
+    ? parsed.frame.type === 'auth'
+      ? parsed.frame
+      : undefined
+    : parsed.code === 'unauthorized'
+      ? 'malformed'
+      : undefined;
+  if (!isAuthenticated(connection)) {
+    const refuse = async (frame: ServerFrame) => {
+      await reply(frame);
+      await deleteConnection(event.connectionId);
+      await sender.close(event.connectionId);
+    };
+    return awaitingAuth(connection, parsed.ok ? undefined : parsed.message, auth, { connectionId: event.connectionId, reply, refuse });
+  }
   // The same leeway as the check at connect (auth/tokens.ts), so a token accepted there is not refused at once here.
   if ((connection.caller.expiresAt + TOKEN_CLOCK_TOLERANCE_SECONDS) * 1000 <= clock.now()) {
     await reply(errorFrame('token_expired', 'The token this connection was opened with has expired: connect again with a fresh one'));
     await sender.close(event.connectionId);
+    return;
+  }
+  if (auth) {
+    await reply(errorFrame('invalid_frame', 'auth: this connection is already authenticated (its token came with the upgrade or an earlier "auth" frame)'));
     return;
   }
   if (!parsed.ok) {
@@ -156,6 +214,58 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
 }
 
 /**
+ * A frame on a connection opened without a token (docs/ws.md, "The auth frame"). Past its deadline, whatever it is:
+ * `unauthorized` and the close. An `auth` frame: its token is checked as the upgrade's would be, against the
+ * upgrade's `Origin`; a good one becomes the connection's caller (`authenticated`), a bad one an `error` frame
+ * (`unauthorized`, `token_expired` or `origin_not_allowed`) and the close — the close code cannot say why (API
+ * Gateway's DeleteConnection sets none), the frame before it does. Any other frame: `unauthorized`, the connection
+ * stays (nothing of the frame is kept: a part is not stored).
+ */
+async function awaitingAuth(
+  connection: AwaitingAuthConnection,
+  problem: string | undefined,
+  auth: AuthFrame | 'malformed' | undefined,
+  ctx: { connectionId: string; reply: (frame: ServerFrame) => Promise<void>; refuse: (frame: ServerFrame) => Promise<void> },
+): Promise<void> {
+  if (connection.authBy <= clock.now()) {
+    return ctx.refuse(
+      errorFrame(
+        'unauthorized',
+        `The deadline passed: no "auth" frame within ${AUTH_DEADLINE_SECONDS} s of the connect. Connect again and send {"type":"auth","token":…} first`,
+      ),
+    );
+  }
+  if (!auth) return ctx.reply(errorFrame('unauthorized', AUTH_FIRST));
+  if (auth === 'malformed') return ctx.refuse(errorFrame('unauthorized', problem ?? 'auth: the token is missing'));
+  let caller: Caller;
+  try {
+    caller = await authenticate(auth.token, { origin: connection.origin ?? null });
+  } catch (err) {
+    if (!(err instanceof Refused)) {
+      logger.error('a /ws auth frame failed', { error: err as Error, connectionId: ctx.connectionId });
+      return ctx.reply(errorFrame('internal_error', 'The gateway failed to check the token: send the "auth" frame again'));
+    }
+    return ctx.refuse(authRefusalFrame(err.refusal));
+  }
+  const done = await authenticateConnection(ctx.connectionId, caller);
+  if (done.kind === 'ok') return ctx.reply({ type: 'authenticated', userId: caller.userId, expiresAt: caller.expiresAt });
+  // Another `auth` frame of this connection, handled side by side, won.
+  if (done.kind === 'already') return ctx.reply(errorFrame('invalid_frame', 'auth: this connection is already authenticated (by another "auth" frame)'));
+  // Closed meanwhile (its deadline's close, or its client left): there is no one to tell.
+}
+
+/**
+ * Why an `auth` frame's token was refused: `token_expired`, `token_revoked`, `origin_not_allowed` (the refusal's
+ * message), else `unauthorized` (missing, malformed, invalid).
+ */
+function authRefusalFrame(refusal: Refusal): ServerFrame {
+  if (refusal.kind !== 'token') return conjureRefusalFrame(refusal);
+  // The conjure routes' codes (refusals/conjure.ts), but `unauthorized` for their `invalid_token` (DESIGN §10).
+  const code = tokenError(refusal.code);
+  return errorFrame(code === 'invalid_token' ? 'unauthorized' : code, refusal.message);
+}
+
+/**
  * A `part` is stored (sessions/parts.ts); the last one of its message answers the joined message as a frame, handled
  * as if it had come whole. Refusals are told; a repeated part, or one of a message still incomplete, is not answered.
  */
@@ -182,6 +292,8 @@ async function joinedFrame(part: Extract<ClientFrame, { type: 'part' }>, ctx: Fr
 
 async function handleFrame(frame: Exclude<ClientFrame, { type: 'part' }>, ctx: FrameContext): Promise<void> {
   if (frame.type === 'session.start') return startSession(frame, ctx);
+  // Only a message sent in parts gets here as `auth`: the connection is authenticated (the token fits in one frame).
+  if (frame.type === 'auth') return ctx.reply(errorFrame('invalid_frame', 'auth: this connection is already authenticated'));
   const session = ctx.connection.sessionId ? await ownSession(ctx.connection.sessionId, ctx.connection.caller) : undefined;
   if (!session) return ctx.reply(errorFrame('no_session', 'Send "session.start" first (and wait for its "session" frame)'));
   switch (frame.type) {

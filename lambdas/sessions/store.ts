@@ -3,7 +3,7 @@ import { DeleteCommand, GetCommand } from '@aws-sdk/lib-dynamodb';
 import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { env } from '../config/env.ts';
-import { CONNECTION_TTL_SECONDS, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../config/timing.ts';
+import { AUTH_DEADLINE_SECONDS, CONNECTION_TTL_SECONDS, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../config/timing.ts';
 import { conditionalPut, conditionalUpdate, type ConditionalResult, type StoredItem } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import {
@@ -12,6 +12,7 @@ import {
   encodeConversation,
   sessionFromItem,
   sessionKey,
+  type AuthenticatedConnection,
   type ClientResult,
   type ConnectionRecord,
   type PausedRun,
@@ -327,25 +328,52 @@ export async function moveTurn(sessionId: string, turnId: string, connectionId: 
  */
 const OPEN = 'attribute_not_exists(closedAt)';
 
-export async function putConnection(connectionId: string, caller: Caller, now = clock.now()): Promise<void> {
+/**
+ * Records a connection the $connect accepted. With its caller (a token on the upgrade), idle from now; without one (a
+ * browser's: docs/ws.md, "The auth frame"), awaiting its `auth` frame until `authBy`, AUTH_DEADLINE_SECONDS from now,
+ * which is also when the sweeper is due to close it (`sweepAt`: frames before the auth do not push it, touchConnection).
+ * `origin` is the upgrade's `Origin` header, checked against the token once it is known.
+ */
+export async function putConnection(connectionId: string, caller: Caller | undefined, now = clock.now(), opts: { origin?: string | null } = {}): Promise<void> {
+  const authBy = now + AUTH_DEADLINE_SECONDS * 1000;
   // API Gateway never reuses a connection id: an item already there is this put's own first send (store/conditional.ts).
   const put = await conditionalPut({
     TableName: table(),
     Item: {
       ...connectionKey(connectionId),
       connectionId,
-      caller,
+      ...(caller ? { caller } : { authBy }),
+      ...(opts.origin ? { origin: opts.origin } : {}),
       connectedAt: now,
       lastSeenAt: now,
       rateWindow: Math.floor(now / 1000),
       rateCount: 0,
       sweepShard: SWEEP_CONNECTION,
-      sweepAt: now + env().SESSION_IDLE_SECONDS * 1000,
+      sweepAt: caller ? now + env().SESSION_IDLE_SECONDS * 1000 : authBy,
       expiresAt: Math.floor(now / 1000) + CONNECTION_TTL_SECONDS,
     },
     ConditionExpression: 'attribute_not_exists(pk)',
   });
   if (!put.ok) throw new Error(`Connection ${connectionId} exists already`);
+}
+
+export type Authenticated = { kind: 'ok'; connection: AuthenticatedConnection } | { kind: 'already' } | { kind: 'unknown' };
+
+/**
+ * A connection awaiting its `auth` frame gets its caller: once, by a write conditioned on it having none (two `auth`
+ * frames handled side by side: one wins, the other finds `already`). Its deadline goes, and its idle deadline starts.
+ */
+export async function authenticateConnection(connectionId: string, caller: Caller, now = clock.now()): Promise<Authenticated> {
+  const set = await conditionalUpdate({
+    TableName: table(),
+    Key: connectionKey(connectionId),
+    UpdateExpression: 'SET caller = :caller, sweepAt = :sweepAt REMOVE authBy',
+    ConditionExpression: `attribute_exists(pk) AND ${OPEN} AND attribute_not_exists(caller)`,
+    ExpressionAttributeValues: { ':caller': caller, ':sweepAt': now + env().SESSION_IDLE_SECONDS * 1000 },
+    ReturnValues: 'ALL_NEW',
+  });
+  if (set.ok) return { kind: 'ok', connection: connectionFromItem(set.attributes!) as AuthenticatedConnection };
+  return set.seen && set.seen.closedAt === undefined && set.seen.caller !== undefined ? { kind: 'already' } : { kind: 'unknown' };
 }
 
 export type Touched = { kind: 'ok'; connection: ConnectionRecord } | { kind: 'rate_limited' } | { kind: 'unknown' };
@@ -361,7 +389,8 @@ export type FrameCost = 'frame' | 'part';
 /**
  * A frame arrived on the connection: counts it in the current second (at most SESSION_FRAMES_PER_SECOND frames, a
  * part an eighth of one: `rateCount` is in eighths) and pushes the idle deadline — one write per frame, which also
- * reads the connection.
+ * reads the connection. A connection awaiting its `auth` frame keeps its deadline (`sweepAt` stays `authBy`): frames
+ * that are refused do not buy it time.
  */
 export async function touchConnection(connectionId: string, now = clock.now(), cost: FrameCost = 'frame'): Promise<Touched> {
   const window = Math.floor(now / 1000);
@@ -375,7 +404,7 @@ export async function touchConnection(connectionId: string, now = clock.now(), c
     const same = await conditionalUpdate({
       TableName: table(),
       Key: connectionKey(connectionId),
-      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt ADD rateCount :units',
+      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = if_not_exists(authBy, :sweepAt) ADD rateCount :units',
       ConditionExpression: `${OPEN} AND rateWindow = :w AND rateCount <= :room`,
       ExpressionAttributeValues: { ...common, ':room': max * PARTS_PER_FRAME - units },
       ReturnValues: 'ALL_NEW',
@@ -387,7 +416,7 @@ export async function touchConnection(connectionId: string, now = clock.now(), c
     const fresh = await conditionalUpdate({
       TableName: table(),
       Key: connectionKey(connectionId),
-      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = :sweepAt, rateWindow = :w, rateCount = :units',
+      UpdateExpression: 'SET lastSeenAt = :now, sweepAt = if_not_exists(authBy, :sweepAt), rateWindow = :w, rateCount = :units',
       ConditionExpression: `${OPEN} AND rateWindow < :w`,
       ExpressionAttributeValues: common,
       ReturnValues: 'ALL_NEW',

@@ -6,16 +6,19 @@ import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { dueItems } from '../store/due.ts';
 import { SESSIONS_SWEEP_INDEX } from '../store/tables.ts';
+import { AUTH_DEADLINE_SECONDS } from '../config/timing.ts';
 import { encodeFrame, errorFrame } from './frames.ts';
-import { connectionFromItem, conversationWithoutTurn, sessionFromItem } from './record.ts';
+import { connectionFromItem, conversationWithoutTurn, isAuthenticated, sessionFromItem } from './record.ts';
 import { isTurnActive } from './states.ts';
-import { deleteConnection, endTurn, extendConnection, getSession, SWEEP_CONNECTION, SWEEP_TURN } from './store.ts';
+import { deleteConnection, endTurn, extendConnection, getConnection, getSession, SWEEP_CONNECTION, SWEEP_TURN } from './store.ts';
 
 /**
  * The session sweeper (every minute; docs/ws.md, "Limits" and "How a turn runs"), over the Sessions table's sparse
  * `sweep` index:
  * - a connection whose client sent nothing for SESSION_IDLE_SECONDS, with no turn running for it, is told
  *   `idle_timeout` and closed (before API Gateway's own 10 minutes would close it without a word);
+ * - a connection opened without a token that sent no good `auth` frame within AUTH_DEADLINE_SECONDS is told
+ *   `unauthorized` and closed (its deadline's own message on the turn queue usually came first: closeUnauthenticated);
  * - a turn whose worker stopped renewing its claim (or whose queue message was lost) is freed: `turn_lost`, and the
  *   conversation stays as it was saved before the turn.
  */
@@ -64,6 +67,7 @@ const due = (shard: string, now: number) =>
 
 async function closeIdle(item: Record<string, unknown>, now: number, deps: SweepDeps): Promise<boolean> {
   const connection = connectionFromItem(item);
+  if (!isAuthenticated(connection)) return closeAtDeadline(connection.connectionId, item.sweepAt as number, deps.sender);
   const session = connection.sessionId ? await getSession(connection.sessionId) : undefined;
   // A client waiting for its turn's frames is not idle.
   if (session && isTurnActive(session.state) && session.turn?.connectionId === connection.connectionId) {
@@ -98,4 +102,36 @@ async function freeTurn(item: Record<string, unknown>, now: number, deps: SweepD
     ),
   );
   return true;
+}
+
+/** The frame a connection gets when its auth deadline passes (docs/ws.md, "The auth frame"). */
+const DEADLINE_FRAME = errorFrame(
+  'unauthorized',
+  `No "auth" frame within ${AUTH_DEADLINE_SECONDS} s of the connect: the connection is closed. Connect again and send {"type":"auth","token":…} first`,
+);
+
+/** Closes a connection awaiting auth whose deadline passed, unless it changed since it was read (`sweepAt`). */
+async function closeAtDeadline(connectionId: string, sweepAt: number, sender: ConnectionSender): Promise<boolean> {
+  const gone = await deleteConnection(connectionId, { ifSweepAt: sweepAt });
+  if (!gone) return false;
+  await sender.send(connectionId, encodeFrame(DEADLINE_FRAME));
+  await sender.close(connectionId);
+  return true;
+}
+
+/**
+ * How early a deadline message may come and still close its connection: the instances' clocks may differ by a little
+ * (SQS itself never delivers a delayed message early).
+ */
+const DEADLINE_LEEWAY_MS = 1_000;
+
+/**
+ * The auth deadline's message (sessions/turn.ts): a connection opened without a token and still without a caller is
+ * told `unauthorized` and closed. One that authenticated, or is gone, is left as it is. Answers whether it closed it.
+ */
+export async function closeUnauthenticated(connectionId: string, sender: ConnectionSender, now = clock.now()): Promise<boolean> {
+  const connection = await getConnection(connectionId);
+  if (!connection || isAuthenticated(connection) || connection.authBy > now + DEADLINE_LEEWAY_MS) return false;
+  // Its sweepAt is its deadline (frames before the auth do not move it): the delete is conditioned on it, as the sweep's.
+  return closeAtDeadline(connectionId, connection.authBy, sender);
 }

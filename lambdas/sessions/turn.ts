@@ -13,6 +13,7 @@ import { errorFrame, refusalFrame, type ServerFrame } from './frames.ts';
 import { FrameOutbox } from './outbox.ts';
 import { conversationWithoutTurn, pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
 import { claimTurn, endTurn, getSession, pauseTurn } from './store.ts';
+import { closeUnauthenticated } from './sweeper.ts';
 import { endPausedTurn, interruptedResult } from './paused.ts';
 import { CLIENT_GONE, watchTurn } from './watch.ts';
 
@@ -26,6 +27,13 @@ import { CLIENT_GONE, watchTurn } from './watch.ts';
 
 export const TurnMessage = z.object({ sessionId: z.string().min(1), turnId: z.string().min(1) });
 export type TurnMessage = z.infer<typeof TurnMessage>;
+
+/**
+ * The other message of the turn queue: a connection opened without a token reached its auth deadline (sent by its
+ * $connect, delayed AUTH_DEADLINE_SECONDS: sessions/socket.ts). Here because this worker reaches connections and the
+ * Sessions table already; the sweeper closes such a connection too, should this message be lost.
+ */
+const AuthDeadline = z.object({ kind: z.literal('auth_deadline'), connectionId: z.string().min(1), callbackUrl: z.string().min(1) });
 
 export interface TurnDeps {
   sender: (callbackUrl: string) => ConnectionSender;
@@ -44,6 +52,11 @@ const FRESH: Omit<RunState, 'conversation'> = {
 };
 
 export async function processTurnMessage(body: unknown, deps: TurnDeps = defaultDeps()): Promise<void> {
+  const deadline = AuthDeadline.safeParse(body);
+  if (deadline.success) {
+    await closeUnauthenticated(deadline.data.connectionId, deps.sender(deadline.data.callbackUrl));
+    return;
+  }
   const parsed = TurnMessage.safeParse(body);
   if (!parsed.success) throw new MalformedMessageError(`A turn message names a sessionId and a turnId: ${parsed.error.message}`);
   const { sessionId, turnId } = parsed.data;

@@ -671,6 +671,11 @@ const rawStep: fc.Arbitrary<Step> = fc.oneof(
       '{"type":"tool_result","tool_use_id":"toolu_x","content":[{}]}',
       '{"type":"tool_result","tool_use_id":"toolu_x","content":"x","is_error":"yes"}',
       '{"type":"interrupt","extra":{"a":[1,2,3]}}',
+      // The connection is authenticated (its token came with the upgrade): an `auth` frame is an invalid_frame.
+      '{"type":"auth"}',
+      '{"type":"auth","token":5}',
+      '{"type":"auth","token":""}',
+      '{"type":"auth","token":"not-a-jwt"}',
       '\u0000',
       '\ufeff{"type":"interrupt"}',
       '{"type":"user","message":"\\ud800"}',
@@ -681,8 +686,8 @@ const rawStep: fc.Arbitrary<Step> = fc.oneof(
   // An object with a known type and generated fields of any type.
   fc
     .tuple(
-      fc.constantFrom('session.start', 'user', 'tool_result', 'interrupt'),
-      fc.dictionary(fc.constantFrom('message', 'sessionId', 'options', 'tool_use_id', 'content', 'is_error', 'x'), fc.jsonValue({ maxDepth: 2 }), {
+      fc.constantFrom('auth', 'session.start', 'user', 'tool_result', 'interrupt'),
+      fc.dictionary(fc.constantFrom('message', 'sessionId', 'options', 'tool_use_id', 'content', 'is_error', 'token', 'x'), fc.jsonValue({ maxDepth: 2 }), {
         maxKeys: 4,
       }),
     )
@@ -829,6 +834,12 @@ async function perform(c: FuzzSocket, step: Step): Promise<void> {
   }
 }
 
+/** Until no WebSocket event is being handled (one connection at a time here: every frame sent has been answered). */
+async function framesHandled(maxMs: number): Promise<void> {
+  const deadline = Date.now() + maxMs;
+  while (Date.now() < deadline && gw.activity().websocket.running > 0) await sleep(20);
+}
+
 /**
  * Brings the connection's session back to a plain turn: resumes `sessionId` on `c`, answers or interrupts the client
  * tools it waits for, then sends a `user` message and expects its `result`. Answers what went wrong.
@@ -904,6 +915,10 @@ describe('ws fuzz', () => {
           try {
             for (const step of steps) await perform(c, step);
             await c.quiet(250, 8000);
+            // A frame's answer may come well after the quiet (the last part of a large message joins them all first):
+            // every frame sent is handled before the session is brought back, so no late answer is taken for a later frame's.
+            await framesHandled(15_000);
+            await c.quiet(100, 2000);
             if (!c.open) problems.push(`the gateway closed the connection during the sequence (${JSON.stringify(c.closedWith)})`);
             else {
               // Anything in flight on the connection's session is interrupted, then every session of the user settles.

@@ -3,7 +3,7 @@ import { BatchWriteCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dyna
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { TOKEN_CLOCK_TOLERANCE_SECONDS, TURN_QUEUED_STALE_MS, TURN_STALE_MS } from '../../lambdas/config/timing.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
-import { encodeConversation, sessionKey, type ConnectionRecord } from '../../lambdas/sessions/record.ts';
+import { encodeConversation, sessionKey, type AuthenticatedConnection } from '../../lambdas/sessions/record.ts';
 import { FrameOutbox } from '../../lambdas/sessions/outbox.ts';
 import { getSession, queueTurn } from '../../lambdas/sessions/store.ts';
 import { finishTurn } from '../../lambdas/sessions/turn.ts';
@@ -50,11 +50,11 @@ async function openSession(user: string, opts: { expiresInSeconds?: number } = {
 }
 
 /** The connection item of the (only) connection of `userId`. */
-async function connectionOf(userId: string): Promise<ConnectionRecord & { sweepAt: number }> {
+async function connectionOf(userId: string): Promise<AuthenticatedConnection & { sweepAt: number }> {
   const out = await documentClient().send(new ScanCommand({ TableName: gw.tables.SESSIONS_TABLE!, ConsistentRead: true }));
-  const items = (out.Items ?? []).filter((i) => String(i.pk).startsWith('connection#') && (i.caller as { userId?: string }).userId === userId);
+  const items = (out.Items ?? []).filter((i) => String(i.pk).startsWith('connection#') && (i.caller as { userId?: string } | undefined)?.userId === userId);
   expect(items).toHaveLength(1);
-  return items[0] as ConnectionRecord & { sweepAt: number };
+  return items[0] as AuthenticatedConnection & { sweepAt: number };
 }
 
 /** Waits until the current second has just begun: frames sent now share one rate window. */

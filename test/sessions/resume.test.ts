@@ -12,8 +12,8 @@ import { connectWs, type WsClient } from '../support/ws.ts';
 
 /**
  * /ws sessions across connections (issue 16, done-when 4): a session survives its connection and is resumed by its
- * sessionId with the conversation intact, only by its owner (same project, same user); the token is checked at the
- * upgrade (401); and the frames a client gets wrong are answered with `error` frames on a connection that stays usable.
+ * sessionId with the conversation intact, only by its owner (same project, same user); a token on the upgrade is
+ * checked there (401); and the frames a client gets wrong are answered with `error` frames on a connection that stays usable.
  */
 let gw: TestGateway;
 let seq = 0;
@@ -265,18 +265,24 @@ describe('disconnecting mid-turn, and resuming', () => {
 });
 
 describe('the token, checked at the upgrade', () => {
-  it('a forged signature, an expired token and no token: HTTP 401 with {error}, by header and by ?token=', async () => {
+  it('a forged signature, an expired token, a malformed one: HTTP 401 with {error, message}, by header and by ?token=; no token: accepted, awaiting auth', async () => {
     const user = newUser();
     const good = await gw.token({ user });
     const forged = good.slice(0, -4) + (good.endsWith('AAAA') ? 'BBBB' : 'AAAA');
     // Past the verifier's 60 s clock tolerance.
     const expired = await gw.token({ user, expiresInSeconds: -120 });
     for (const viaQuery of [false, true]) {
-      expect(await refusal(forged, viaQuery)).toEqual({ status: 401, body: { error: 'Token signature is invalid' } });
-      expect(await refusal(expired, viaQuery)).toEqual({ status: 401, body: { error: 'Token expired' } });
+      // The conjure routes' 401 bodies (docs/api.md, "401 messages").
+      expect(await refusal(forged, viaQuery)).toEqual({ status: 401, body: { error: 'invalid_token', message: 'Token signature is invalid' } });
+      expect(await refusal(expired, viaQuery)).toEqual({ status: 401, body: { error: 'token_expired', message: 'Token expired' } });
     }
-    expect(await refusal(undefined)).toEqual({ status: 401, body: { error: 'Missing token: send it as "Authorization: Bearer <token>" or ?token=' } });
-    expect(await refusal('not-a-jwt')).toEqual({ status: 401, body: { error: 'Malformed token' } });
+    expect(await refusal('not-a-jwt')).toEqual({ status: 401, body: { error: 'invalid_token', message: 'Malformed token' } });
+    // No token at all (a browser's WebSocket sets no header): accepted, and it must send an `auth` frame first
+    // (test/sessions/auth-frame.test.ts).
+    const anonymous = await connectWs(gw.websocket!.url, undefined);
+    anonymous.send({ type: 'session.start', options: {} });
+    expect(await anonymous.next()).toMatchObject({ type: 'error', error: 'unauthorized', message: 'Send {"type":"auth","token":…} first' });
+    await anonymous.close();
     // Nothing was recorded for the refused upgrades.
     expect(await connectionItemsOf(user)).toEqual([]);
 
