@@ -6,6 +6,10 @@ import { clock } from '../config/clock.ts';
 import { checkedRunOptions } from '../agent/checked-options.ts';
 import { SessionOptions } from '../agent/options.ts';
 import { authenticate } from '../auth/authenticate.ts';
+import { revocationRefusal } from '../auth/revocations.ts';
+import { cachedProject } from '../registry/project-cache.ts';
+import { messageOf } from '../refusals/describe.ts';
+
 import type { Caller } from '../auth/claims.ts';
 import { AUTH_DEADLINE_SECONDS, TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
@@ -177,6 +181,15 @@ async function message(event: Extract<WebSocketEvent, { kind: 'message' }>, deps
   // The same leeway as the check at connect (auth/tokens.ts), so a token accepted there is not refused at once here.
   if ((connection.caller.expiresAt + TOKEN_CLOCK_TOLERANCE_SECONDS) * 1000 <= clock.now()) {
     await reply(errorFrame('token_expired', 'The token this connection was opened with has expired: connect again with a fresh one'));
+    await sender.close(event.connectionId);
+    return;
+  }
+  // A token revoked, or its user blocked, since the connection was opened: closed at this frame (auth/revocations.ts;
+  // the cached project record, so no store read, within SECRET_CACHE_SECONDS of the owner's change).
+  const revoked = revocationRefusal(connection.caller, await cachedProject(connection.caller.projectId));
+  if (revoked) {
+    // As for an expired token: the $disconnect that follows the close forgets the connection and stops its turn.
+    await reply(errorFrame('token_revoked', messageOf(revoked)));
     await sender.close(event.connectionId);
     return;
   }

@@ -8,6 +8,7 @@ import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { getVessel } from '../../lambdas/vessels/store.ts';
 import { setClock } from '../support/clock.ts';
+import { connectWs } from '../support/ws.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 /**
@@ -139,6 +140,24 @@ describe('revocation', () => {
     await new Promise((r) => setTimeout(r, 1_100)); // past the refresh rate limit (one re-read a second per project)
     expect(await everyRoute(token)).toEqual(allServed);
   }, 60_000);
+
+  it('an open /ws session of a blocked user is closed at its next frame, with a token_revoked error frame first', async () => {
+    resume();
+    const token = await tokenOf('rev-ws');
+    const ws = await connectWs(gw.websocket!.url, token);
+    ws.send({ type: 'session.start', options: {} });
+    expect((await ws.next((f) => f.type === 'session')).resumed).toBe(false);
+    await setUserBlocked(gw.projectId, 'rev-ws', true);
+    pastTheCache();
+    ws.send({ type: 'user', message: 'Hello' });
+    const frame = await ws.next();
+    expect({ type: frame.type, error: frame.error, message: frame.message }).toEqual({
+      type: 'error',
+      error: 'token_revoked',
+      message: 'Token revoked: user rev-ws is blocked by the project owner',
+    });
+    expect((await ws.closed).code).toBe(1000);
+  });
 
   it("a user's tokens revoked up to now: older ones refused, one issued after served", async () => {
     resume();
