@@ -72,7 +72,7 @@ function plainData<S extends z.ZodType>(schema: S) {
 }
 
 /** A remote HTTP tool the gateway runs: the input is POSTed as JSON to `url`, the response text is the result. */
-const HttpTool = z.strictObject({
+export const HttpTool = z.strictObject({
   name: z.string().regex(TOOL_NAME, 'tool names are 1–128 letters, digits, "_" or "-"'),
   description: z.string().optional(),
   input_schema: z.looseObject({ type: z.literal('object', { error: 'input_schema.type must be "object"' }) }),
@@ -84,7 +84,7 @@ const HttpTool = z.strictObject({
  * An Anthropic server tool (`web_search_…`, `code_execution_…`, …): Anthropic runs it, so it passes through to
  * Claude models unchanged, with whatever fields Anthropic defines for it.
  */
-const ServerTool = z.looseObject({
+export const ServerTool = z.looseObject({
   type: z.string().regex(/^[a-z_]+_\d{8}$/, 'a server tool names its versioned type, e.g. "web_search_20250305"'),
   name: z.string(),
 });
@@ -104,7 +104,7 @@ function parseWithin<S extends z.ZodType>(schema: S, value: unknown, ctx: z.Refi
  * A client-side tool (`/ws` only, docs/ws.md): declared by the client and run by it — the model's call goes to the
  * client as a `tool_use` frame and the turn waits for its `tool_result`.
  */
-const ClientTool = z.strictObject({
+export const ClientTool = z.strictObject({
   name: HttpTool.shape.name,
   description: z.string().optional(),
   input_schema: HttpTool.shape.input_schema,
@@ -117,7 +117,7 @@ type ToolOption = z.infer<typeof HttpTool> | z.infer<typeof ServerTool> | z.infe
  * tool; neither is a client tool, which only a `/ws` session (`clientTools`) can run.
  */
 function toolSchema(clientTools: boolean) {
-  return z.unknown().transform((value, ctx): ToolOption => {
+  const schema = z.unknown().transform((value, ctx): ToolOption => {
     const tool = value as Record<string, unknown> | null;
     if (!tool || typeof tool !== 'object' || Array.isArray(tool)) {
       ctx.addIssue({ code: 'custom', message: 'each tool must be an object' });
@@ -134,13 +134,37 @@ function toolSchema(clientTools: boolean) {
     }
     return parseWithin(HttpTool, tool, ctx);
   });
+  return documentedAs(schema, clientTools ? [HttpTool, ServerTool, ClientTool] : [HttpTool, ServerTool]);
 }
 
-const RemoteMcpServer = z.strictObject({
+export const RemoteMcpServer = z.strictObject({
   type: z.enum(['http', 'sse'], { error: 'type must be "http" or "sse"' }),
   url: z.string({ error: 'url must be a string' }).url('url must be an absolute http(s) URL'),
   headers: Headers.optional(),
 });
+
+/**
+ * How the OpenAPI document (lambdas/openapi, docs/openapi.json) shows the shapes the transforms here tell apart: named
+ * components, in zod's registry, which the generator reads (and nothing else).
+ */
+const HTTP_TOOL = 'A remote HTTP tool the gateway runs: the input is POSTed as JSON to `url` with `headers`; the response text is the result.';
+const SERVER_TOOL = 'An Anthropic server tool (`web_search_20250305`, …): passed through to Claude models unchanged, with the fields Anthropic defines.';
+const CLIENT_TOOL = "A client-side tool (`/ws` sessions only): the model's call goes to the client as a `tool_use` frame.";
+const MCP_SERVER = 'A remote MCP server: Streamable HTTP, or SSE for `"sse"`. stdio (a `command`) is refused: nothing is spawned in the gateway.';
+z.globalRegistry.add(HttpTool, { id: 'HttpTool', description: HTTP_TOOL, unusedIO: 'input' });
+z.globalRegistry.add(ServerTool, { id: 'ServerTool', description: SERVER_TOOL, unusedIO: 'input' });
+z.globalRegistry.add(ClientTool, { id: 'ClientTool', description: CLIENT_TOOL, unusedIO: 'input' });
+z.globalRegistry.add(RemoteMcpServer, { id: 'RemoteMcpServer', description: MCP_SERVER, unusedIO: 'input' });
+
+/**
+ * `schema`, a transform that accepts any of `shapes` (and words its own errors), as the document shows it: one of the
+ * shapes' components. zod alone would render a transform's input as "anything".
+ */
+function documentedAs<S extends z.ZodType>(schema: S, shapes: z.ZodType[]): S {
+  const refs = shapes.map((shape) => ({ $ref: `#/components/schemas/${z.globalRegistry.get(shape)?.id}` }));
+  z.globalRegistry.add(schema, { override: refs.length === 1 ? refs[0] : { anyOf: refs } });
+  return schema;
+}
 
 const McpServer = z.unknown().transform((value, ctx) => {
   const server = value as Record<string, unknown> | null;
@@ -158,6 +182,7 @@ const McpServer = z.unknown().transform((value, ctx) => {
   }
   return parseWithin(RemoteMcpServer, server, ctx);
 });
+documentedAs(McpServer, [RemoteMcpServer]);
 
 /**
  * An MCP server's name: it prefixes its tools' names (`mcp__<server>__<tool>`), so it follows the tool-name rule, and
@@ -175,35 +200,50 @@ const McpServerName = z
 
 function optionsSchema(clientTools: boolean) {
   return z.strictObject({
-    model: z.string().min(1, 'model must not be empty').optional(),
+    model: z.string().min(1, 'model must not be empty').optional().describe('Any model the proxy routes; default DEFAULT_MODEL.'),
     systemPrompt: z.string().optional(),
-    tools: plainData(z.array(toolSchema(clientTools), { error: 'tools must be an array' })).optional(),
-    mcpServers: plainData(z.record(McpServerName, McpServer, { error: recordError('mcpServers must be an object of named servers') })).optional(),
-    allowedTools: z.array(z.string(), { error: 'allowedTools must be an array of tool names' }).optional(),
-    disallowedTools: z.array(z.string(), { error: 'disallowedTools must be an array of tool names' }).optional(),
+    tools: plainData(z.array(toolSchema(clientTools), { error: 'tools must be an array' }))
+      .optional()
+      .describe('Tools the gateway runs (remote HTTP) or Anthropic runs (server tools, Claude models only).'),
+    mcpServers: plainData(z.record(McpServerName, McpServer, { error: recordError('mcpServers must be an object of named servers') }))
+      .optional()
+      .describe('Remote MCP servers by name; their tools are offered as mcp__<name>__<tool>.'),
+    allowedTools: z
+      .array(z.string(), { error: 'allowedTools must be an array of tool names' })
+      .optional()
+      .describe('Tool names to offer (mcp__<server> for all of a server’s); the others are not offered.'),
+    disallowedTools: z
+      .array(z.string(), { error: 'disallowedTools must be an array of tool names' })
+      .optional()
+      .describe('Tool names never offered; wins over allowedTools.'),
     maxTurns: z
       .number({ error: 'maxTurns must be a number' })
       .int('maxTurns must be a whole number')
       .min(1, 'maxTurns must be at least 1')
       .max(100, 'maxTurns must be at most 100')
-      .optional(),
+      .optional()
+      .describe('Model calls at most; default 10.'),
     maxBudgetUsd: z
       .number({ error: 'maxBudgetUsd must be a number' })
       .positive('maxBudgetUsd must be above 0')
       .max(10_000, 'maxBudgetUsd must be at most 10000')
-      .optional(),
+      .optional()
+      .describe('The run’s total cost never exceeds this (USD).'),
     maxThinkingTokens: z
       .number({ error: 'maxThinkingTokens must be a number' })
       .int('maxThinkingTokens must be a whole number')
       .min(1_024, 'maxThinkingTokens must be at least 1024 (the smallest thinking budget models accept)')
       .max(128_000, 'maxThinkingTokens must be at most 128000')
-      .optional(),
+      .optional()
+      .describe('Extended thinking with this budget.'),
     outputFormat: plainData(
       z.strictObject({
         type: z.literal('json_schema', { error: 'outputFormat.type must be "json_schema"' }),
         schema: z.record(z.string(), z.unknown(), { error: 'outputFormat.schema must be a JSON Schema object' }),
       }),
-    ).optional(),
+    )
+      .optional()
+      .describe('The final answer must be JSON valid against this JSON Schema (draft 2020-12, within the limits of docs/prompt.md).'),
   });
 }
 
@@ -219,7 +259,9 @@ export type ClientToolOption = z.infer<typeof ClientTool>;
 /** `POST /prompt`'s body: the message, and the options with the caller's token. */
 export const PromptBody = z.strictObject({
   message: z.string({ error: 'message is required and must be a string' }).min(1, 'message must not be empty'),
-  options: RunOptions.extend({ token: z.string({ error: 'options.token is required: the JWT goes in the body' }) }),
+  options: RunOptions.extend({
+    token: z.string({ error: 'options.token is required: the JWT goes in the body' }).describe('The user’s token (JWT): on this route it goes here.'),
+  }),
 });
 export type PromptBody = z.infer<typeof PromptBody>;
 

@@ -1,3 +1,4 @@
+import OPENAPI from '../../docs/openapi.json' with { type: 'json' };
 import { authenticate } from '../auth/authenticate.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
 import { bearerToken, Router, type RouteHandler } from '../http/router.ts';
@@ -20,6 +21,12 @@ async function bearerCaller(req: Request, route: string) {
   return authenticate(token, { origin: req.headers.get('origin') });
 }
 
+/**
+ * GET /openapi.json: the API's OpenAPI document (docs/openapi.json, `npm run openapi`), bundled into the function, for
+ * anyone — no token, as a page or a client generator fetches it. A deployment changes it, so caches keep it 5 minutes.
+ */
+const OPENAPI_MAX_AGE_SECONDS = 300;
+
 /** `"GET /usage"`: one key per declared route (distributed over the union, not a cross product of methods and paths). */
 type RouteKey<R> = R extends { method: infer M extends string; path: infer P extends string } ? `${M} ${P}` : never;
 
@@ -33,6 +40,7 @@ const HANDLERS: Record<RouteKey<ConjureRoute>, RouteHandler> = {
   'POST /incubate/batch': handleBatch,
   'GET /incubate/vessel/{vesselId}': handleStatus,
   'POST /incubate/vessel/{vesselId}/cancel': handleCancel,
+  'GET /openapi.json': () => Response.json(OPENAPI, { headers: { 'cache-control': `public, max-age=${OPENAPI_MAX_AGE_SECONDS}` } }),
 };
 
 /** The conjure URL (API Gateway REST): the routes of routes.ts, refusals in the conjure envelope. */

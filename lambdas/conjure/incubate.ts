@@ -42,7 +42,7 @@ export async function handleIncubate(req: Request): Promise<Response> {
   });
 }
 
-type BatchEntry =
+export type BatchEntry =
   | { index: number; idempotencyKey: string | null; status: 'queued'; vesselId: string; scheduledFor: string; replayed?: true }
   | { index: number; idempotencyKey: string | null; status: 'failed'; error: { code: string; message: string } };
 

@@ -16,6 +16,7 @@ export const CONJURE_ROUTES = [
   { method: 'POST', path: '/incubate/batch' },
   { method: 'GET', path: '/incubate/vessel/{vesselId}' },
   { method: 'POST', path: '/incubate/vessel/{vesselId}/cancel' },
+  { method: 'GET', path: '/openapi.json' },
 ] as const satisfies readonly RestRoute[];
 
 export type ConjureRoute = (typeof CONJURE_ROUTES)[number];

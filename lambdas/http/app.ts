@@ -28,10 +28,13 @@ export interface AppSpec {
 export interface HttpApp {
   /** The request, or a builder that may throw a refusal when the event cannot be a Request (e.g. TRACE). */
   fetch(input: Request | (() => Request)): Promise<Response>;
+  /** The routes it serves (method, path with `{name}` parameters): what the OpenAPI document must describe. */
+  readonly routes: ReadonlyArray<{ method: string; path: string }>;
 }
 
 export function httpApp(spec: AppSpec): HttpApp {
   return {
+    routes: spec.router.declared(),
     async fetch(input) {
       const started = clock.now();
       const record: AccessRecord = { requestId: `req_gw_${randomBytes(12).toString('hex')}`, method: '-', path: '-' };

@@ -11,6 +11,8 @@ export type RouteHandler = (req: Request, params: Record<string, string>) => Pro
 
 interface Route {
   method: string;
+  /** As declared: literal segments and `{name}` parameters. */
+  path: string;
   pattern: RegExp;
   keys: string[];
   handler: RouteHandler;
@@ -31,8 +33,13 @@ export class Router {
         return '([^/]+)';
       })
       .join('');
-    this.routes.push({ method, pattern: new RegExp(`^${source}/?$`), keys, handler });
+    this.routes.push({ method, path, pattern: new RegExp(`^${source}/?$`), keys, handler });
     return this;
+  }
+
+  /** Every route, as declared: what the OpenAPI document must describe (test/openapi). */
+  declared(): Array<{ method: string; path: string }> {
+    return this.routes.map(({ method, path }) => ({ method, path }));
   }
 
   /** The methods routed at the request's path (none: no route there), for a CORS preflight (http/cors.ts). */

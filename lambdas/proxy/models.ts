@@ -12,7 +12,7 @@ import { proxyCaller } from './caller.ts';
  * caller's project (model-access.ts decides both) — the project's custom-priced models, then the catalog's
  * Anthropic, OpenAI and OpenRouter models — with Anthropic's cursor paging.
  */
-interface ModelInfo {
+export interface ModelInfo {
   type: 'model';
   id: string;
   display_name: string;

@@ -31,7 +31,8 @@ export const IdempotencyKey = z
   .max(MAX_IDEMPOTENCY_KEY_LENGTH, `idempotencyKey must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`)
   .refine((key) => !LONE_SURROGATE.test(key), {
     message: 'idempotencyKey must be well-formed Unicode: it contains a lone surrogate (half of a UTF-16 surrogate pair)',
-  });
+  })
+  .describe('Unique per project for 30 days: the same key with the same body answers the same vessel, with another body 409.');
 
 /**
  * Where the result is POSTed (docs/webhooks.md). A URL whose host is a literal private or metadata address is refused
@@ -56,17 +57,23 @@ const Timing = {
     .number({ error: 'ttl must be a number of seconds' })
     .min(0, 'ttl must not be negative')
     .max(MAX_SCHEDULE_AHEAD_SECONDS, `ttl must be at most ${MAX_SCHEDULE_AHEAD_SECONDS} seconds (365 days)`)
-    .optional(),
-  executeAt: z.iso.datetime({ offset: true, error: 'executeAt must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z' }).optional(),
+    .optional()
+    .describe('Seconds from now until the vessel is due.'),
+  executeAt: z.iso
+    .datetime({ offset: true, error: 'executeAt must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z' })
+    .optional()
+    .describe('When the vessel is due: wins over ttl; a past one means now; at most 365 days ahead.'),
 };
 
-const Options = RunOptions.extend({ token: z.string({ error: 'options.token is required: the JWT goes in the body' }) });
+const Options = RunOptions.extend({
+  token: z.string({ error: 'options.token is required: the JWT goes in the body' }).describe('The user’s token (JWT): on these routes it goes here.'),
+});
 
 export const IncubateBody = z.strictObject({
   message: Message,
   idempotencyKey: IdempotencyKey,
   options: Options,
-  callback: Callback.optional(),
+  callback: Callback.optional().describe('Where the result is POSTed when the vessel ends (docs/webhooks.md).'),
   ...Timing,
 });
 export type IncubateBody = z.infer<typeof IncubateBody>;
@@ -74,15 +81,18 @@ export type IncubateBody = z.infer<typeof IncubateBody>;
 /** One item of a batch: its own message and key; the options, callback and timing are the batch's. */
 export const BatchItem = z.strictObject({ message: Message, idempotencyKey: IdempotencyKey });
 export type BatchItem = z.infer<typeof BatchItem>;
+// How the OpenAPI document (lambdas/openapi) names it, and shows `items`, which are parsed one by one: as BatchItems.
+z.globalRegistry.add(BatchItem, { id: 'BatchItem', unusedIO: 'input' });
+const DocumentedItem = z.unknown().meta({ override: { $ref: '#/components/schemas/BatchItem' } });
 
 export const BatchBody = z.strictObject({
   // Items are checked one by one (an invalid item fails alone), so here only the list itself.
   items: z
-    .array(z.unknown(), { error: 'items is required and must be an array' })
+    .array(DocumentedItem, { error: 'items is required and must be an array' })
     .min(1, 'items must not be empty')
     .max(MAX_BATCH_ITEMS, `items: at most ${MAX_BATCH_ITEMS} items per batch`),
   options: Options,
-  callback: Callback.optional(),
+  callback: Callback.optional().describe('Where each vessel’s result is POSTed when it ends (docs/webhooks.md).'),
   ...Timing,
 });
 export type BatchBody = z.infer<typeof BatchBody>;

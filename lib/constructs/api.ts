@@ -164,7 +164,9 @@ export class ConjureApi extends Construct {
         reason:
           'Every conjure endpoint authenticates its caller itself: a project-signed HS256 JWT (Authorization: Bearer or ' +
           'options.token in the body) verified against the registry by the function. An API Gateway authorizer cannot ' +
-          'check it without the project secret lookup, and the spec prescribes the 401 bodies the function returns.',
+          'check it without the project secret lookup, and the spec prescribes the 401 bodies the function returns. ' +
+          'GET /openapi.json alone takes no token: it answers the public description of the API, bundled into the ' +
+          'function, without reading any store or any user data.',
       },
       {
         id: 'AwsSolutions-COG4',

@@ -46,7 +46,7 @@ const preflight = (path: string, method: string) =>
 describe('a CORS preflight reaches the function locally, as API Gateway and the function URLs hand it on deployed', () => {
   it('on every declared conjure path: the conjure function answers it (its request-id), not the runtime', async () => {
     expect(conjurePaths.map((p) => p.path).sort()).toEqual(
-      ['/usage', '/incubate', '/incubate/batch', '/incubate/vessel/x', '/incubate/vessel/x/cancel'].sort(),
+      ['/usage', '/incubate', '/incubate/batch', '/incubate/vessel/x', '/incubate/vessel/x/cancel', '/openapi.json'].sort(),
     );
     for (const { path, method } of conjurePaths) {
       const res = await preflight(path, method);
