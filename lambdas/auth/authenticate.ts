@@ -1,5 +1,5 @@
 import { accessRecord } from '../observability/access-log.ts';
-import { deploymentRefusal, projectOriginRefusal } from '../origins/allowed.ts';
+import { deploymentRefusal, projectOriginRefusal } from './origins.ts';
 import type { Project } from '../registry/model.ts';
 import { cachedProject, projectSecret } from '../registry/project-cache.ts';
 import { Refused, type Refusal } from '../refusals/refusal.ts';
@@ -13,7 +13,7 @@ import { TokenError, verifyToken } from './tokens.ts';
  * is named in the access log. Then, on the project record the verification just read from the cache: whether the
  * token is revoked or its user blocked (revocations.ts), and whether the page's `origin` (the request's `Origin`
  * header; null when it has none — required, so no surface can forget it) is one the token and its project allow
- * (origins/allowed.ts). All of it before any other work, and without a store read of its own. `missingHint` completes
+ * (auth/origins.ts). All of it before any other work, and without a store read of its own. `missingHint` completes
  * "Missing token" with where this surface reads the token from.
  */
 export async function authenticate(token: string | undefined, opts: { origin: string | null; missingHint?: string }): Promise<Caller> {

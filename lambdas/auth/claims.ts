@@ -37,6 +37,6 @@ export interface Caller {
   /** `jti` and `iat` (unix seconds), for revocation (auth/revocations.ts). */
   tokenId?: string;
   issuedAt?: number;
-  /** The token's own `origins` claim, canonical: narrows the project's origins (lambdas/origins/allowed.ts). */
+  /** The token's own `origins` claim, canonical: narrows the project's origins (lambdas/auth/origins.ts). */
   origins?: readonly string[];
 }

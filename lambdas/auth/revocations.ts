@@ -8,14 +8,11 @@ import type { Caller } from './claims.ts';
  * user altogether (`gateway user block`). The revocations live in the project record that every token verification
  * already reads from the per-instance cache, so checking them costs no store read; they take effect within
  * SECRET_CACHE_SECONDS, the same promise as a secret rotation. A revoked `jti` is kept only until its token's `exp`
- * (the CLI drops the expired ones), which bounds the record (MAX_REVOCATIONS).
+ * (the CLI drops the expired ones), which bounds the record (MAX_REVOCATIONS, registry/model.ts).
  *
  * Checked wherever a caller acts: each request (auth/authenticate.ts), a vessel when it is due (vessels/execute.ts),
  * each /ws frame of an open connection (sessions/socket.ts).
  */
-
-/** Revoked tokens, blocked users and per-user cut-offs together, at most (the CLI refuses more; docs/contract.md). */
-export const MAX_REVOCATIONS = 1_000;
 
 type Revocations = Pick<Project, 'revokedTokens' | 'blockedUsers' | 'revokedBefore'>;
 
@@ -38,9 +35,4 @@ export function revocationRefusal(caller: Pick<Caller, 'userId' | 'tokenId' | 'i
 
 function revoked(message: string): Refusal {
   return { kind: 'token', code: 'token_revoked', message };
-}
-
-/** How many entries the revocations hold (what MAX_REVOCATIONS bounds). */
-export function revocationCount(project: Revocations): number {
-  return Object.keys(project.revokedTokens ?? {}).length + Object.keys(project.blockedUsers ?? {}).length + Object.keys(project.revokedBefore ?? {}).length;
 }

@@ -4,7 +4,7 @@ import { responseDelivered } from '../instance/unfinished.ts';
 import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
-import { deploymentRefusal } from '../origins/allowed.ts';
+import { deploymentRefusal } from '../auth/origins.ts';
 import { refuseDeclaredOversize } from './body.ts';
 import { addCorsHeaders, isPreflight, preflightResponse } from './cors.ts';
 import { Refused, type Refusal } from '../refusals/refusal.ts';

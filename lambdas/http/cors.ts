@@ -1,4 +1,4 @@
-import { deploymentAllows } from '../origins/allowed.ts';
+import { deploymentAllows } from '../auth/origins.ts';
 
 /**
  * CORS, answered by the gateway itself on every route of both URLs (DESIGN §10; docs/browser.md). The function
@@ -11,7 +11,7 @@ import { deploymentAllows } from '../origins/allowed.ts';
  *   origin and exposes the gateway's headers, so a page can read an error, its `request-id`, `retry-after` and what
  *   it cost. Tokens travel in headers or bodies, never cookies: no `Access-Control-Allow-Credentials`.
  *
- * Whether the token's project allows the origin is decided later, with the token (origins/allowed.ts): that refusal
+ * Whether the token's project allows the origin is decided later, with the token (auth/origins.ts): that refusal
  * is a 403 a page can read, so it carries these headers too.
  */
 

@@ -69,3 +69,14 @@ export const Project = z.object({
   revokedBefore: z.record(z.string(), z.number()).optional(),
 });
 export type Project = z.infer<typeof Project>;
+
+/**
+ * Revoked tokens, blocked users and per-user cut-offs together, at most (the registry refuses more; docs/contract.md):
+ * the record is read on every token verification (cached), so it must stay small.
+ */
+export const MAX_REVOCATIONS = 1_000;
+
+/** How many entries a project's revocations hold (what MAX_REVOCATIONS bounds). */
+export function revocationCount(project: Pick<Project, 'revokedTokens' | 'blockedUsers' | 'revokedBefore'>): number {
+  return Object.keys(project.revokedTokens ?? {}).length + Object.keys(project.blockedUsers ?? {}).length + Object.keys(project.revokedBefore ?? {}).length;
+}

@@ -4,10 +4,9 @@ import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
-import { MAX_REVOCATIONS, revocationCount } from '../auth/revocations.ts';
 import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { keyCipher } from './key-cipher.ts';
-import { Developer, Project, type CustomPrice, type ProjectProvider } from './model.ts';
+import { Developer, MAX_REVOCATIONS, Project, revocationCount, type CustomPrice, type ProjectProvider } from './model.ts';
 
 /** Raised for an operator's mistake (unknown id, duplicate id): the CLI prints the message as it is. */
 export class RegistryError extends Error {

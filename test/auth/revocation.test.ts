@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeJwt } from 'jose';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
-import { MAX_REVOCATIONS } from '../../lambdas/auth/revocations.ts';
+import { MAX_REVOCATIONS } from '../../lambdas/registry/model.ts';
 import { clock } from '../../lambdas/config/clock.ts';
 import { getProject, RegistryError, revokeToken, revokeUserTokens, setUserBlocked } from '../../lambdas/registry/registry.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';

@@ -1,8 +1,8 @@
-import type { Caller } from '../auth/claims.ts';
+import type { Caller } from './claims.ts';
 import { env } from '../config/env.ts';
 import type { Project } from '../registry/model.ts';
 import type { Refusal } from '../refusals/refusal.ts';
-import { originMatches } from './pattern.ts';
+import { originMatches } from '../origins/pattern.ts';
 
 /**
  * Whether a request's `Origin` may be served (DESIGN §10, "Origins per project"). Three lists, each of which must
