@@ -39,12 +39,14 @@ async function usage(authorization?: string): Promise<{ status: number; body: Re
 async function expect401(authorization: string | undefined, message: string | RegExp) {
   const { status, body } = await usage(authorization);
   expect(status).toBe(401);
-  expect(Object.keys(body)).toEqual(['error']);
-  if (typeof message === 'string') expect(body.error).toBe(message);
-  else expect(body.error).toMatch(message);
+  expect(Object.keys(body)).toEqual(['error', 'message']);
+  // One vocabulary on the conjure routes: the code, and the message saying what is wrong.
+  expect(body.error).toBe(body.message === 'Token expired' ? 'token_expired' : 'invalid_token');
+  if (typeof message === 'string') expect(body.message).toBe(message);
+  else expect(body.message).toMatch(message);
 }
 
-describe('GET /usage refuses bad tokens with 401 {error}', () => {
+describe('GET /usage refuses bad tokens with 401 {error, message}', () => {
   it('missing Authorization header', async () => {
     await expect401(undefined, 'Missing token');
   });
@@ -197,6 +199,8 @@ describe('verifyToken (direct)', () => {
       userId: 'u',
       budget: { ai: 7, compute: 8, window: 'lifetime' },
       expiresAt: now / 1000 + 60,
+      tokenId: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      issuedAt: now / 1000,
     });
     // exp is exclusive ("on or after"), extended by the 60 s leeway
     await expect(verifyToken(token, lookup, now + 119_000)).resolves.toMatchObject({ userId: 'u' });

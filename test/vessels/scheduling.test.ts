@@ -141,7 +141,10 @@ describe('near: an SQS delay', () => {
     expect(res.status).toBe(202);
     await new Promise((r) => setTimeout(r, 3_000));
     // Expired now: refused as a token, and not good for reading the record either.
-    expect((await api.incubate({ message: 'x', idempotencyKey: key('expired'), options: { token: shortLived } })).body).toEqual({ error: 'token_expired' });
+    expect((await api.incubate({ message: 'x', idempotencyKey: key('expired'), options: { token: shortLived } })).body).toEqual({
+      error: 'token_expired',
+      message: 'Token expired',
+    });
     expect((await api.status(res.body.vesselId, shortLived)).status).toBe(404);
     const done = await api.ended(res.body.vesselId, reader);
     expect(done).toMatchObject({ status: 'COMPLETED', output: { success: true, text: 'word1 word2' } });
