@@ -126,14 +126,20 @@ export function goodTokenArb(ctx: FuzzContext, budget: fc.Arbitrary<Budget> = fc
       withIat: fc.boolean(),
       nbfAgo: fc.option(fc.integer({ min: 0, max: 3600 }), { nil: undefined }),
       lifetime: fc.integer({ min: 600, max: 30 * 86_400 }),
-      extra: fc.option(fc.dictionary(fc.constantFrom('jti', 'aud', 'scope', 'note', 'ünï', 'x'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }), {
+      extra: fc.option(fc.dictionary(fc.constantFrom('aud', 'scope', 'note', 'ünï', 'x'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }), {
         nil: undefined,
       }),
+      // `jti`, when present, is the contract's: a string of 1–128 characters (docs/contract.md, "Tokens").
+      jti: fc.option(fc.string({ minLength: 1, maxLength: 128 }), { nil: undefined }),
     })
-    .map(({ sub: s, budget: b, alg, withIat, nbfAgo, lifetime, extra }) => {
+    .map(({ sub: s, budget: b, alg, withIat, nbfAgo, lifetime, extra, jti }) => {
       const now = Math.floor(Date.now() / 1000);
       // Extra claims first: the contract's claims must win over any generated key of the same name.
-      const payload: Record<string, unknown> = { ...extra, ...goodClaims(ctx.projectId, s, { budget: b, exp: now + lifetime }) };
+      const payload: Record<string, unknown> = {
+        ...extra,
+        ...(jti === undefined ? {} : { jti }),
+        ...goodClaims(ctx.projectId, s, { budget: b, exp: now + lifetime }),
+      };
       if (!withIat) delete payload.iat;
       if (nbfAgo !== undefined) payload.nbf = now - nbfAgo;
       const token = forgeJwt({ header: { alg, typ: 'JWT' }, payload, secret: ctx.secret });
@@ -172,6 +178,14 @@ export function badTokenArb(ctx: FuzzContext): fc.Arbitrary<BadToken> {
         ),
       ),
     fc.constant(bad('header without alg')(sign(claims(), { typ: 'JWT' }))),
+    fc
+      .oneof(
+        fc.jsonValue({ maxDepth: 2 }).filter((v) => typeof v !== 'string'),
+        fc.constant(''),
+        fc.constant('j'.repeat(129)),
+      )
+      .map((jti) => bad(`jti ${JSON.stringify(jti).slice(0, 40)} (a string of 1–128 characters)`)(sign({ ...claims(), jti }))),
+    fc.constantFrom(['nope'], 'https://a.example', [], [42]).map((origins) => bad(`origins ${JSON.stringify(origins)}`)(sign({ ...claims(), origins }))),
     fc
       .string({ minLength: 1, maxLength: 40 })
       .filter((s) => s !== secret)
