@@ -6,6 +6,7 @@ import type { BatchEntry } from '../conjure/incubate.ts';
 import type { AnthropicErrorType } from '../providers/types.ts';
 import type { ModelInfo } from '../proxy/models.ts';
 import type { LiveSession, MeterFigures } from '../refusals/refusal.ts';
+import type { tokenError } from '../refusals/conjure.ts';
 import type { UsageReport } from '../usage/report.ts';
 import type { WebhookFailure, WebhookStatus, WebhookView } from '../vessels/delivery.ts';
 import { TASK_IDENTIFIER, type QueueResponse, type VesselEndSubtype, type VesselView } from '../vessels/record.ts';
@@ -113,9 +114,10 @@ export const ConjureError = z
 
 export const TokenError = z
   .object({
-    error: z
-      .string()
-      .meta({ description: '`token_expired` for an expired token, `invalid_token` for every other failure (missing, malformed, forged, unknown issuer).' }),
+    error: z.enum(['token_expired', 'token_revoked', 'invalid_token'] as const satisfies readonly ReturnType<typeof tokenError>[]).meta({
+      description:
+        '`token_expired` for an expired token, `token_revoked` for a revoked one or a blocked user’s, `invalid_token` for every other failure (missing, malformed, forged, unknown issuer).',
+    }),
     message: z.string().meta({ description: 'Which check failed (docs/api.md, "401 messages"); never the token itself.' }),
   })
   .meta({ id: 'TokenError', examples: [{ error: 'token_expired', message: 'Token expired' }] });
