@@ -1,12 +1,12 @@
 import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
-import { settle, type Reservation } from '../budgets/ledger.ts';
+import { budgetFigures, readUsage, settle, type Reservation } from '../budgets/ledger.ts';
 import { logger } from '../observability/logger.ts';
 import type { RunAdmission } from '../plans/admission.ts';
 import { giveBackLease, keepLeaseAlive } from '../plans/leases.ts';
 import type { Ticker } from '../scheduling/watch.ts';
 import type { SessionOptions } from './options.ts';
-import type { RunEvent, RunResult } from './result.ts';
+import type { RunEvent } from './result.ts';
 import { runAgent, runAgentSegment, type RunInput, type RunOutcome } from './run.ts';
 
 /**
@@ -34,11 +34,13 @@ export interface AdmittedRunInput {
   onEvent?: (event: RunEvent) => void;
   /** The lease could not be renewed (it expired or was taken away): the run should stop. */
   onLeaseLost?: (reason: 'expired' | 'not_held') => void;
+  /** RunInput's: told when the first model call is admitted or refused for the user's budget. */
+  onFirstCall?: RunInput['onFirstCall'];
   /** The caller's watch timer (a vessel's, a /ws turn's): the lease renewals ride on it, so the run has one timer. */
   ticker?: Ticker;
 }
 
-export function runAdmitted(input: AdmittedRunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
+export function runAdmitted(input: AdmittedRunInput): Promise<Extract<RunOutcome, { kind: 'ended' }>> {
   return admitted(input, runAgent);
 }
 
@@ -47,7 +49,7 @@ export function runAdmittedSegment(input: AdmittedRunInput): Promise<RunOutcome>
   return admitted(input, runAgentSegment);
 }
 
-async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Promise<T>): Promise<T> {
+async function admitted<T extends RunOutcome>(input: AdmittedRunInput, run: (input: RunInput) => Promise<T>): Promise<T> {
   const { admission, started } = input;
   const compute = admission.compute;
   if (!compute) throw new Error("runAdmitted needs an admission taken with maxSeconds (it reserves the run's compute)");
@@ -55,8 +57,11 @@ async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Pr
     ...(input.onLeaseLost ? { onLost: input.onLeaseLost } : {}),
     ...(input.ticker ? { ticker: input.ticker } : {}),
   });
+  // A run refused for the user's budget at its first model call is refused as a whole: no compute is charged.
+  let refusedForBudget = false;
+  let outcome: T;
   try {
-    return await run({
+    outcome = await run({
       caller: input.caller,
       message: input.message,
       ...(input.history ? { history: input.history } : {}),
@@ -64,20 +69,28 @@ async function admitted<T>(input: AdmittedRunInput, run: (input: RunInput) => Pr
       deadline: started + compute.seconds * 1000,
       signal: input.signal,
       ...(input.onEvent ? { onEvent: input.onEvent } : {}),
+      ...(input.onFirstCall ? { onFirstCall: input.onFirstCall } : {}),
     });
+    refusedForBudget = outcome.kind === 'ended' && outcome.refusedForBudget !== undefined;
   } finally {
     heartbeat.stop();
     // Giving the lease back wakes whoever waits for the developer's slot (plans/leases.ts `onCapacityFreed`).
-    await Promise.allSettled([giveBackLease(heartbeat.current()), chargeCompute(compute, started)]);
+    await Promise.allSettled([giveBackLease(heartbeat.current()), chargeCompute(compute, started, refusedForBudget)]);
   }
+  if (outcome.kind === 'ended' && outcome.refusedForBudget && 'budget' in outcome.refusedForBudget) {
+    // The refusal's figures were read with the run's own compute hold in them: told as the user's meters are now.
+    const budget = budgetFigures(input.caller, await readUsage(input.caller));
+    return { ...outcome, refusedForBudget: { ...outcome.refusedForBudget, budget } };
+  }
+  return outcome;
 }
 
 /**
- * The run's wall-clock seconds, rounded up, on the user's compute meter (settling the run's reservation, never above
+ * The run's wall-clock seconds, rounded up (none for a run refused before its first model call), on the user's compute meter (settling the run's reservation, never above
  * what it held) and, through the reservation, on the developer's month (budgets/ledger.ts `settle`).
  */
-async function chargeCompute(compute: { reservation: Reservation; seconds: number }, started: number): Promise<void> {
-  const seconds = Math.min(Math.max(1, Math.ceil((clock.now() - started) / 1000)), compute.seconds);
+async function chargeCompute(compute: { reservation: Reservation; seconds: number }, started: number, refused: boolean): Promise<void> {
+  const seconds = refused ? 0 : Math.min(Math.max(1, Math.ceil((clock.now() - started) / 1000)), compute.seconds);
   try {
     await settle(compute.reservation, { ai: 0, compute: seconds });
   } catch (err) {

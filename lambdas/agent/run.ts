@@ -37,6 +37,11 @@ export interface RunInput {
   signal: AbortSignal;
   onEvent?: (event: RunEvent) => void;
   /**
+   * Told once the run's first model call has been admitted (no argument), or refused for the user's budget before
+   * any model call (the refusal): `/prompt` holds its answer's status until then, so such a run is its 429.
+   */
+  onFirstCall?: (refused?: Refusal) => void;
+  /**
    * The clock (epoch milliseconds) the deadline and the run's duration are read on: the gateway's clock
    * (config/clock.ts) unless a test injects one.
    */
@@ -60,6 +65,12 @@ export type RunOutcome =
        * what the conversation holds is what it refused, so a /ws session must not keep it.
        */
       refusedAsInvalid?: true;
+      /**
+       * The run's first model call was refused for the user's budget (spent, or held by their calls in flight): no
+       * model call was made, and the run is refused as a whole — /prompt's 429, a vessel's error_user_budget_exhausted,
+       * a /ws turn's error frame — with nothing charged, its compute included (agent/admitted-run.ts).
+       */
+      refusedForBudget?: Refusal;
     }
   /**
    * The model called client-side tools: `calls` are all the tool calls of its message, in order; `results` those
@@ -68,7 +79,7 @@ export type RunOutcome =
   | { kind: 'paused'; events: RunEvent[]; state: RunState; calls: (Anthropic.ToolUseBlock & { client: boolean })[]; results: Anthropic.ToolResultBlockParam[] };
 
 /** A run to its end: `/prompt` and vessels, whose tools never run in the client. */
-export async function runAgent(input: RunInput): Promise<{ result: RunResult; events: RunEvent[] }> {
+export async function runAgent(input: RunInput): Promise<Extract<RunOutcome, { kind: 'ended' }>> {
   const outcome = await runAgentSegment(input);
   if (outcome.kind === 'paused') throw new Error('A run without client-side tools paused for one');
   return outcome;
@@ -135,10 +146,22 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
     activeMs: activeMs(),
   });
 
-  const finish = (subtype: ResultSubtype, extra: { text?: string; error?: string; structured_output?: unknown } = {}, refusedAsInvalid = false): RunOutcome => {
+  const finish = (
+    subtype: ResultSubtype,
+    extra: { text?: string; error?: string; structured_output?: unknown } = {},
+    refusedAsInvalid = false,
+    refusedForBudget?: Refusal,
+  ): RunOutcome => {
     const ended = state();
     const result = runResult(ended, { subtype, model, ...extra, ...(mcp ? { mcp_servers: mcp.servers } : {}) });
-    return { kind: 'ended', result, events, state: ended, ...(refusedAsInvalid ? { refusedAsInvalid: true as const } : {}) };
+    return {
+      kind: 'ended',
+      result,
+      events,
+      state: ended,
+      ...(refusedAsInvalid ? { refusedAsInvalid: true as const } : {}),
+      ...(refusedForBudget ? { refusedForBudget } : {}),
+    };
   };
 
   try {
@@ -151,12 +174,21 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
         offered,
         capMicros: capMicros === undefined ? undefined : capMicros - spent,
         emit,
+        // The first call admitted: /prompt's answer may start (its events stream as the call produces them).
+        ...(turns === 1 && !resumed && input.onFirstCall ? { onAdmitted: () => input.onFirstCall?.() } : {}),
       });
       if (turn.charge) {
         spent += turn.charge.microdollars;
         usage.input_tokens += turn.usage.input_tokens;
         usage.output_tokens += turn.usage.output_tokens;
       }
+      const first = turns === 1 && !resumed;
+      if (!turn.ok && first && !turn.charge && (turn.refusal.kind === 'budget_exhausted' || turn.refusal.kind === 'budget_held')) {
+        turns--; // no model call was made
+        input.onFirstCall?.(turn.refusal);
+        return finish('error_during_execution', { error: messageOf(turn.refusal) }, false, turn.refusal);
+      }
+      if (first) input.onFirstCall?.();
       if (!turn.ok) {
         if (turn.refusal.kind === 'cost_cap_reached') {
           turns--; // no model call was made
@@ -280,6 +312,8 @@ interface TurnContext {
   offered: Record<string, unknown>[];
   capMicros?: number;
   emit: (event: RunEvent) => void;
+  /** The call was admitted on the budgets (its reservation taken) and the model has started to answer. */
+  onAdmitted?: () => void;
 }
 
 type TurnOutcome =
@@ -300,6 +334,7 @@ async function callModel(input: RunInput, turn: TurnContext): Promise<TurnOutcom
   } as unknown as MessagesRequest;
   const call = await meteredCall({ caller: input.caller, body, signal: input.signal, ...(turn.capMicros === undefined ? {} : { capMicros: turn.capMicros }) });
   const none = { input_tokens: 0, output_tokens: 0 };
+  if (call.ok) turn.onAdmitted?.();
   if (!call.ok) return { ok: false, refusal: call.refusal, aborted: input.signal.aborted, usage: none, ...(call.charge ? { charge: call.charge } : {}) };
   const clamped = call.clampedMaxTokens;
   if (call.kind === 'message') return { ok: true, message: call.message, charge: call.charge, usage: tokensOf(call.charge, call.message), clamped };

@@ -14,7 +14,7 @@ import { logger } from '../observability/logger.ts';
 import { admitRun } from '../plans/admission.ts';
 import { CONJURE_ENVELOPE } from '../refusals/conjure.ts';
 import { describeIssue } from '../refusals/describe.ts';
-import { Refused } from '../refusals/refusal.ts';
+import { Refused, type Refusal } from '../refusals/refusal.ts';
 import { encodeSse } from '../streaming/sse.ts';
 
 /**
@@ -51,7 +51,16 @@ async function handlePrompt(req: Request): Promise<Response> {
   const abort = new AbortController();
   const sse = (req.headers.get('accept') ?? '').includes('text/event-stream');
   let push: ((chunk: Uint8Array) => void) | undefined;
+  // Events of the first model call that come before the answer's body exists (it waits for that call's admission).
+  const early: Uint8Array[] = [];
 
+  // The answer's status waits for the first model call: refused for the user's budget, the run is the interface's
+  // 429 user_budget_exhausted with nothing charged, not a 200 carrying an error (the run ends at once, its compute
+  // hold released). Admitted, the answer starts: its headers then, its events as they come.
+  let firstCall: (refused?: Refusal) => void = () => undefined;
+  const firstCallDone = new Promise<Refusal | undefined>((resolve) => {
+    firstCall = resolve;
+  });
   // The run, and after it what it leaves behind — the lease, the compute — tracked so the invocation waits for both.
   const run = finishBeforeReturn(
     runAdmitted({
@@ -61,9 +70,21 @@ async function handlePrompt(req: Request): Promise<Response> {
       options,
       started,
       signal: abort.signal,
-      onEvent: (event) => push?.(encodeSse('message', event)),
+      onEvent: (event) => {
+        if (!sse) return;
+        const chunk = encodeSse('message', event);
+        if (push) push(chunk);
+        else early.push(chunk);
+      },
+      onFirstCall: (refused) => firstCall(refused),
     }),
   );
+  const refused = await Promise.race([firstCallDone, run.then(noRefusal, noRefusal)]);
+  if (refused) {
+    // Once the run has given back its holds: the refusal's figures as the user's meters are then (admitted-run.ts).
+    const ended = await run.catch(noRefusal);
+    throw new Refused(ended?.refusedForBudget ?? refused);
+  }
 
   const body = new ReadableStream<Uint8Array>({
     async start(controller) {
@@ -82,7 +103,10 @@ async function handlePrompt(req: Request): Promise<Response> {
           // the client has gone
         }
       };
-      if (sse) push = send;
+      if (sse) {
+        for (const chunk of early.splice(0)) send(chunk);
+        push = send;
+      }
       try {
         const { result, events } = await run;
         if (sse) {
@@ -107,6 +131,8 @@ async function handlePrompt(req: Request): Promise<Response> {
     : { 'content-type': 'application/json', 'x-session-id': sessionId };
   return new Response(body, { headers });
 }
+
+const noRefusal = (): undefined => undefined;
 
 const encodeJson = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
 

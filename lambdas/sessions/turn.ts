@@ -139,6 +139,13 @@ async function runSegment(
   }
   if (watch.lost()) return;
 
+  if (outcome.kind === 'ended' && outcome.refusedForBudget) {
+    // Refused for the user's budget at its first model call: as a refused admission — the session as it was before
+    // the turn, the 429's body as the error frame, nothing charged (agent/admitted-run.ts).
+    await endTurn(sessionId, turn.id, unrun);
+    outbox.send(refusalFrame(outcome.refusedForBudget));
+    return;
+  }
   if (outcome.kind === 'ended') {
     // What the model's API refused as invalid (a tool result it cannot take, a message too long) would be refused on
     // every later turn too: the turn is dropped, and the session goes on from where it was before it.

@@ -139,8 +139,9 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
   const watch = watchExecution(vessel.vesselId, runId, abort);
   let leaseLost = false;
   let result: RunResult | undefined;
+  let refusedForBudget: Refusal | undefined;
   try {
-    ({ result } = await runAdmitted({
+    ({ result, refusedForBudget } = await runAdmitted({
       caller: vessel.caller,
       admission,
       message: vessel.message,
@@ -163,7 +164,13 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
   // lease has lapsed.
   if (watch.takenOver() || leaseLost) return;
   const canceled = watch.canceled();
-  const output = result ? runOutput(result, canceled) : endedWithoutRun('error_during_execution', 'The gateway failed during the run');
+  // Refused for the user's budget at its first model call: no call was made and nothing charged, as when the budget
+  // is found spent at admission (refused() above).
+  const output = refusedForBudget
+    ? endedWithoutRun('error_user_budget_exhausted', `The vessel could not run: ${messageOf(refusedForBudget)}`)
+    : result
+      ? runOutput(result, canceled)
+      : endedWithoutRun('error_during_execution', 'The gateway failed during the run');
   const to = canceled ? 'CANCELED' : output.success ? 'COMPLETED' : 'FAILED';
   // The run has been paid for and will not run again (reconciler.ts): its end is written even through a store hiccup,
   // and an end refused for its size is written again smaller — the text shorter, flagged `truncated` — rather than lost.

@@ -299,6 +299,32 @@ describe('refusals, with the exact bodies', () => {
     });
   });
 
+  it('AI budget left below the smallest call: 429 user_budget_exhausted, JSON and SSE alike, nothing charged (compute included)', async () => {
+    // 500 µ$: the smallest Sonnet call (its input and the 64-token output floor) costs more (issue 31).
+    const poor = await user({ ai: 500 });
+    const calls = gw.upstreams.anthropic!.requests.length;
+    for (const sse of [false, true]) {
+      const res = await prompt({ message: 'hi', options: { token: poor.token, model: MODEL } }, { sse });
+      expect(res.status).toBe(429);
+      expect(res.headers.get('content-type')).toContain('application/json');
+      expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(await res.json()).toEqual({
+        error: 'user_budget_exhausted',
+        message: expect.stringMatching(/AI budget/),
+        ai: { used: 0, remaining: 500, budget: 500 },
+        compute: { used: 0, remaining: 3_600, budget: 3_600 },
+      });
+    }
+    expect(gw.upstreams.anthropic!.requests.length).toBe(calls);
+    await gw.invocationsDone();
+    const after = await poor.usage();
+    expect({ used: after.used, reserved: after.reserved, openHolds: after.openHolds }).toEqual({
+      used: { ai: 0, compute: 0 },
+      reserved: { ai: 0, compute: 0 },
+      openHolds: 0,
+    });
+  });
+
   it("the developer's plan spent: 402 with the plan's figures", async () => {
     const developerId = `dev-zero-${seq++}`;
     await createDeveloper({ developerId, planSeconds: 0, poolSeconds: 0 });

@@ -244,6 +244,27 @@ describe("budget refusals: /prompt's bodies", () => {
     await client.close();
   });
 
+  it("AI budget below the first model call's smallest form: the same 429 frame as /prompt's body, no model call, nothing charged", async () => {
+    const user = `ws-poor-${++seq}`;
+    const token = await gw.token({ user, budget: { ai: 500 } });
+    const { client, sessionId } = await openSession(token);
+    const calls = gw.upstreams.anthropic!.requests.length;
+    client.send({ type: 'user', message: 'hi' });
+    const refused = await client.next();
+    const prompt = await promptRefusal(token);
+    expect(prompt.status).toBe(429);
+    expect(prompt.body).toMatchObject({ error: 'user_budget_exhausted', ai: { used: 0, remaining: 500, budget: 500 }, compute: { used: 0, remaining: 3600 } });
+    expect(refused).toMatchObject({ type: 'error', status: 429 });
+    expect(bodyOf(refused)).toEqual(prompt.body);
+    expect(gw.upstreams.anthropic!.requests.length).toBe(calls);
+    expect(await getSession(sessionId)).toMatchObject({ state: 'idle', conversation: [] });
+    expect(await liveLeases(gw.developerId)).toEqual([]);
+    expect(await windowsWithHolds(gw.tables.USAGE_TABLE!)).toEqual([]);
+    const usage = await readUsage({ projectId: gw.projectId, userId: user, budget: { ai: 500, compute: 3600, window: 'day' } });
+    expect(usage.used).toEqual({ ai: 0, compute: 0 });
+    await client.close();
+  });
+
   it("the developer's month spent: developer_budget_exhausted, /prompt's 402 body", async () => {
     const developerId = `dev-ws-zero-${++seq}`;
     await createDeveloper({ developerId, planSeconds: 0, poolSeconds: 0 });

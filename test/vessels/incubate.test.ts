@@ -245,6 +245,32 @@ describe('a vessel, end to end', () => {
     expect(await liveLeases(gw.developerId)).toEqual([]);
   });
 
+  it("a user's AI budget below the smallest call when the vessel runs: FAILED error_user_budget_exhausted, no model call, nothing charged", async () => {
+    const token = await gw.token({ user: `poor-${++seq}`, budget: { ai: 500 } });
+    gw.upstreams.anthropic!.requests.length = 0;
+    const res = await api.incubate({ message: 'Never answered [[words:2]]', idempotencyKey: freshKey('poor'), options: { token, model: MODEL } });
+    expect(res.status).toBe(202);
+    const done = await api.ended(res.body.vesselId, token);
+    expect(done).toMatchObject({ status: 'FAILED', isFailed: true, attempts: 1 });
+    expect(done.output).toEqual({
+      success: false,
+      text: expect.stringMatching(/^The vessel could not run: AI budget too low for this request: 500 of 500 microdollars remain/),
+      result: {
+        type: 'result',
+        subtype: 'error_user_budget_exhausted',
+        total_cost_usd: 0,
+        total_cost_microdollars: 0,
+        usage: { input_tokens: 0, output_tokens: 0 },
+        num_turns: 0,
+        duration_secs: 0,
+      },
+    });
+    expect(gw.upstreams.anthropic!.requests).toEqual([]);
+    const usage = await api.usage(token);
+    expect(usage.ai).toMatchObject({ used: 0, reserved: 0 });
+    expect(usage.compute).toMatchObject({ used: 0, reserved: 0 });
+  });
+
   it('a user whose budget is only held by their run in flight (not spent): the vessel waits QUEUED, then runs', async () => {
     // Each run holds the compute it may use (up to 870 s): with 870 s of budget, a second run finds it all held.
     const p = await project({ planSeconds: 20_000_000 });
