@@ -162,6 +162,27 @@ async function requireProject(id: string) {
   return project;
 }
 
+/** `user block` and `user unblock`: the same write, one way or the other. */
+function userBlockCommand(blocked: boolean): Command {
+  const verb = blocked ? 'block' : 'unblock';
+  return {
+    usage: `user ${verb} --project ID --user U`,
+    summary: blocked
+      ? 'refuse every token of a user (every route; their queued vessels end FAILED, an open /ws session closes)'
+      : "let a blocked user's tokens work again",
+    async run(flags, ctx) {
+      const o = parse({ project: required('project', Identifier), user: required('user', Identifier) }, flags);
+      const target = await ctx.connect();
+      await setUserBlocked(o.project, o.user, blocked);
+      const effect = takesEffect(target, blocked ? 'revocation' : 'unblock');
+      return {
+        data: { projectId: o.project, userId: o.user, blocked, takesEffectWithinSeconds: effect.seconds },
+        text: `${blocked ? 'Blocked' : 'Unblocked'} user ${o.user} of ${o.project}\n${effect.text}`,
+      };
+    },
+  };
+}
+
 export const COMMANDS: Record<string, Command> = {
   'developer create': {
     usage: 'developer create --id ID --plan-seconds N [--pool-seconds N]',
@@ -440,34 +461,8 @@ export const COMMANDS: Record<string, Command> = {
       };
     },
   },
-  'user block': {
-    usage: 'user block --project ID --user U',
-    summary: 'refuse every token of a user (every route; their queued vessels end FAILED, an open /ws session closes)',
-    async run(flags, ctx) {
-      const o = parse({ project: required('project', Identifier), user: required('user', Identifier) }, flags);
-      const target = await ctx.connect();
-      await setUserBlocked(o.project, o.user, true);
-      const effect = takesEffect(target, 'revocation');
-      return {
-        data: { projectId: o.project, userId: o.user, blocked: true, takesEffectWithinSeconds: effect.seconds },
-        text: `Blocked user ${o.user} of ${o.project}\n${effect.text}`,
-      };
-    },
-  },
-  'user unblock': {
-    usage: 'user unblock --project ID --user U',
-    summary: "let a blocked user's tokens work again",
-    async run(flags, ctx) {
-      const o = parse({ project: required('project', Identifier), user: required('user', Identifier) }, flags);
-      const target = await ctx.connect();
-      await setUserBlocked(o.project, o.user, false);
-      const effect = takesEffect(target, 'unblock');
-      return {
-        data: { projectId: o.project, userId: o.user, blocked: false, takesEffectWithinSeconds: effect.seconds },
-        text: `Unblocked user ${o.user} of ${o.project}\n${effect.text}`,
-      };
-    },
-  },
+  'user block': userBlockCommand(true),
+  'user unblock': userBlockCommand(false),
   'user revoke-tokens': {
     usage: 'user revoke-tokens --project ID --user U',
     summary: 'revoke every token of a user issued until now; tokens minted from now on work',

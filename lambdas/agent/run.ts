@@ -168,6 +168,7 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
     while (turns < maxTurns) {
       if (input.signal.aborted) return finish(stopped(), { error: stopReason() });
       turns++;
+      const first = turns === 1 && !resumed;
       const turn = await callModel(input, {
         model,
         conversation,
@@ -175,20 +176,20 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
         capMicros: capMicros === undefined ? undefined : capMicros - spent,
         emit,
         // The first call admitted: /prompt's answer may start (its events stream as the call produces them).
-        ...(turns === 1 && !resumed && input.onFirstCall ? { onAdmitted: () => input.onFirstCall?.() } : {}),
+        ...(first && input.onFirstCall ? { onAdmitted: () => input.onFirstCall?.() } : {}),
       });
       if (turn.charge) {
         spent += turn.charge.microdollars;
         usage.input_tokens += turn.usage.input_tokens;
         usage.output_tokens += turn.usage.output_tokens;
       }
-      const first = turns === 1 && !resumed;
       if (!turn.ok && first && !turn.charge && (turn.refusal.kind === 'budget_exhausted' || turn.refusal.kind === 'budget_held')) {
         turns--; // no model call was made
         input.onFirstCall?.(turn.refusal);
         return finish('error_during_execution', { error: messageOf(turn.refusal) }, false, turn.refusal);
       }
-      if (first) input.onFirstCall?.();
+      // Refused otherwise (an upstream failure, a client gone): the run ends with its subtype, as a 200.
+      if (!turn.ok && first) input.onFirstCall?.();
       if (!turn.ok) {
         if (turn.refusal.kind === 'cost_cap_reached') {
           turns--; // no model call was made

@@ -10,6 +10,7 @@ import { getVessel } from '../../lambdas/vessels/store.ts';
 import { setClock } from '../support/clock.ts';
 import { connectWs } from '../support/ws.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { countRegistryReads } from '../support/registry-reads.ts';
 
 /**
  * Revocation without rotating the secret (DESIGN §10; lambdas/auth/revocations.ts): one token, a user blocked and
@@ -20,17 +21,10 @@ const BUDGET = { ai: 5_000_000, compute: 600, window: 'day' as const };
 const MESSAGE = { model: 'claude-sonnet-4-6', max_tokens: 16, messages: [{ role: 'user', content: 'Hello' }] };
 
 let gw: TestGateway;
-let registryReads = 0;
+let registryReads: { count: number };
 beforeAll(async () => {
   gw = await startTestGateway({ env: { SECRET_CACHE_SECONDS: '60' } });
-  documentClient().middlewareStack.add(
-    (next, context) => async (args) => {
-      const input = args.input as { TableName?: string };
-      if (context.commandName === 'GetCommand' && input.TableName === gw.tables.REGISTRY_TABLE) registryReads++;
-      return next(args);
-    },
-    { step: 'initialize', name: 'countRevocationReads' },
-  );
+  registryReads = countRegistryReads(gw);
 });
 afterAll(async () => {
   await gw?.stop();
@@ -91,9 +85,9 @@ describe('revocation', () => {
   it("one token: refused on every route once the cache turns over, the user's other token served, no registry read per request", async () => {
     const [first, second] = [await tokenOf('rev-one'), await tokenOf('rev-one')];
     expect(await everyRoute(first)).toEqual(allServed);
-    registryReads = 0;
+    registryReads.count = 0;
     for (let i = 0; i < 10; i++) expect((await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${second}` } })).status).toBe(200);
-    expect(registryReads).toBe(0);
+    expect(registryReads.count).toBe(0);
 
     const { jti, exp } = decodeJwt(first);
     await revokeToken(gw.projectId, jti!, exp!);
@@ -102,9 +96,9 @@ describe('revocation', () => {
     pastTheCache();
     expect(await everyRoute(first)).toEqual(revoked('Token revoked'));
     expect(await everyRoute(second)).toEqual(allServed);
-    registryReads = 0;
+    registryReads.count = 0;
     for (let i = 0; i < 10; i++) expect((await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${second}` } })).status).toBe(200);
-    expect(registryReads).toBe(0);
+    expect(registryReads.count).toBe(0);
   });
 
   it('a user blocked: every route refused, a vessel queued before ends FAILED error_token_revoked; unblocked: served at once', async () => {

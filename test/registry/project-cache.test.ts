@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { createProject, rotateProjectSecret } from '../../lambdas/registry/registry.ts';
-import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
+import { countRegistryReads } from '../support/registry-reads.ts';
 
 /**
  * Project records are cached for a minute (as a deployed stack does), yet a change the owner just made is never
@@ -10,17 +10,10 @@ import { startTestGateway, type TestGateway } from '../support/gateway.ts';
  * at most once a second per project, so a flood of bad tokens stays a trickle of reads.
  */
 let gw: TestGateway;
-let registryReads = 0;
+let registryReads: { count: number };
 beforeAll(async () => {
   gw = await startTestGateway({ env: { SECRET_CACHE_SECONDS: '60' } });
-  documentClient().middlewareStack.add(
-    (next, context) => async (args) => {
-      const input = args.input as { TableName?: string };
-      if (context.commandName === 'GetCommand' && input.TableName === gw.tables.REGISTRY_TABLE) registryReads++;
-      return next(args);
-    },
-    { step: 'initialize', name: 'countRegistryReads' },
-  );
+  registryReads = countRegistryReads(gw);
 });
 afterAll(async () => {
   await gw?.stop();
@@ -60,10 +53,10 @@ describe('project cache: changes take effect at once', () => {
     const good = await gw.token({ user: 'flood' });
     expect((await ask(good)).status).toBe(200);
     const forged = await mintToken({ projectId: gw.projectId, userId: 'flood', secret: 'f'.repeat(40), budget, expiresInSeconds: 600 });
-    registryReads = 0;
+    registryReads.count = 0;
     const statuses = await Promise.all(Array.from({ length: 200 }, () => ask(forged).then((r) => r.status)));
     expect(new Set(statuses)).toEqual(new Set([401]));
-    expect(registryReads).toBeLessThanOrEqual(2);
+    expect(registryReads.count).toBeLessThanOrEqual(2);
   });
 
   // Last: gw.token() keeps signing with the original secret.
