@@ -458,6 +458,7 @@ export const ROUTE_TEMPLATES = [
   '/incubate/batch',
   '/incubate/vessel/{id}',
   '/incubate/vessel/{id}/cancel',
+  '/openapi.json',
 ] as const;
 const UNKNOWN_PATHS = [
   '/',

@@ -163,6 +163,9 @@ function successProblems(res: RawResponse, exp: Expectation, c: Case): string[] 
         if (json().id !== id) problems.push(`GET /v1/models/{id} answered model ${JSON.stringify(json().id)} for ${JSON.stringify(id)}`);
         break;
       }
+      case 'openapi':
+        if (json().openapi !== '3.1.0') problems.push(`GET /openapi.json answered openapi ${JSON.stringify(json().openapi)}`);
+        break;
       case 'count_tokens':
         if (typeof json().input_tokens !== 'number') problems.push('count_tokens answer without input_tokens');
         break;

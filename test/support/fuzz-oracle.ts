@@ -14,7 +14,18 @@ import { MODELS, validLimit } from '../fuzz/arbitraries.ts';
  */
 
 export type App = 'proxy' | 'conjure' | 'either';
-export type RouteName = 'messages' | 'count_tokens' | 'models' | 'model' | 'usage' | 'prompt' | 'incubate' | 'incubate_batch' | 'vessel' | 'vessel_cancel';
+export type RouteName =
+  | 'messages'
+  | 'count_tokens'
+  | 'models'
+  | 'model'
+  | 'usage'
+  | 'prompt'
+  | 'incubate'
+  | 'incubate_batch'
+  | 'vessel'
+  | 'vessel_cancel'
+  | 'openapi';
 
 export interface PathInfo {
   app: App;
@@ -37,6 +48,7 @@ const ROUTES: [RegExp, RouteName][] = [
   [/^\/incubate\/batch\/?$/, 'incubate_batch'],
   [/^\/incubate\/vessel\/([^/]+)\/?$/, 'vessel'],
   [/^\/incubate\/vessel\/([^/]+)\/cancel\/?$/, 'vessel_cancel'],
+  [/^\/openapi\.json\/?$/, 'openapi'],
 ];
 export const ROUTE_METHOD: Record<RouteName, string> = {
   messages: 'POST',
@@ -49,6 +61,7 @@ export const ROUTE_METHOD: Record<RouteName, string> = {
   incubate_batch: 'POST',
   vessel: 'GET',
   vessel_cancel: 'POST',
+  openapi: 'GET',
 };
 
 const decodes = (s: string): boolean => {
@@ -182,6 +195,9 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
       // No fuzzed id names a vessel, and whoever asks, a vessel the token may not see is the same 404
       // (docs/incubate.md, "The record"); a path segment that does not decode is a 400 (docs/contract.md, Limits).
       return { statuses: info.malformed ? [400, 404] : [404], why: `${info.route === 'vessel' ? 'status' : 'cancel'} of a vessel that does not exist` };
+    case 'openapi':
+      // The API's description, for anyone: no token is read, whatever credentials come (docs/api.md).
+      return { statuses: [200], why: 'GET /openapi.json needs no token' };
     default:
       throw new Error(`unhandled route ${info.route}`);
   }
