@@ -70,6 +70,11 @@ const EnvSchema = z.object({
     .int()
     .min(MAX_INVOCATION_SECONDS + 60, `must exceed the ${MAX_INVOCATION_SECONDS} s invocation limit by at least a minute`)
     .default(1_200),
+  /**
+   * How long a model call whose budget is held by the user's requests in flight waits for them to settle before it is
+   * refused with 429 `x-should-retry: true` (docs/contract.md, "Holds wait"): 10 s deployed; tests shorten it.
+   */
+  BUDGET_HOLD_WAIT_MS: z.coerce.number().int().min(0).max(60_000).default(10_000),
   DEFAULT_MODEL: z.string().default('claude-sonnet-4-6'),
   /**
    * A waiting vessel whose trigger has not moved it for this long is re-driven by the reconciler (docs/incubate.md,

@@ -77,6 +77,18 @@ export const MAX_RUN_SECONDS = MAX_INVOCATION_SECONDS - RUN_SECONDS_MARGIN;
  */
 export const INPUT_REPORT_WAIT_MS = 5_000;
 
+// ——— Budget holds ———
+
+/** How long a model call waits for holds of the user's requests in flight to settle (env BUDGET_HOLD_WAIT_MS). */
+export const budgetHoldWaitMs = (): number => env().BUDGET_HOLD_WAIT_MS;
+/**
+ * The first and the longest pause between two looks at a held budget (docs/contract.md, "Holds wait"): a settlement
+ * lands within milliseconds of an answer, so the first look is soon; the pause doubles (with jitter, so a burst of
+ * waiters does not look in step) up to half a second, which keeps a crowd of waiters to a few writes per second each.
+ */
+export const HOLD_POLL_FIRST_MS = 25;
+export const HOLD_POLL_MAX_MS = 500;
+
 // ——— Vessels: scheduling, back-offs ———
 
 /**

@@ -14,6 +14,7 @@ import { anthropicError } from '../providers/errors.ts';
 import { PROVIDERS } from '../providers/index.ts';
 import { PROVIDER_LABELS, type MessagesRequest, type Provider, type ProviderRequest, type ProviderResult } from '../providers/types.ts';
 import type { Project } from '../registry/model.ts';
+import { cachedDeploymentPricing } from '../registry/deployment-pricing.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import type { Refusable, Refusing } from '../refusals/refusal.ts';
 import { routeModel, type Route } from '../routing/route.ts';
@@ -122,17 +123,27 @@ async function resolveModel(caller: Caller, model: string): Promise<Refusable<{ 
   return { ok: true, resolved: { route, provider, project, apiKey } };
 }
 
+/**
+ * The model's price: the project's own, the deployment's (`gateway pricing set`), else the catalog's
+ * (metering/model-access.ts), both records as cached. One that seems missing is looked up once more in both records
+ * read again (each rate-limited) before refusing: the owner or the operator may have just set it.
+ */
 async function requirePricing(resolved: ResolvedModel, model: string): Promise<Refusable<{ pricing: ModelPricing }>> {
-  const pricing =
-    pricingFor(resolved.project, model, resolved.route) ??
-    pricingFor((await cachedProject(resolved.project.projectId, { refresh: true })) ?? resolved.project, model, resolved.route);
+  const priced = async (refresh: boolean) => {
+    const [project, deployment] = await Promise.all([
+      refresh ? cachedProject(resolved.project.projectId, { refresh }) : resolved.project,
+      cachedDeploymentPricing({ refresh }),
+    ]);
+    return pricingFor(project ?? resolved.project, deployment, model, resolved.route);
+  };
+  const pricing = (await priced(false)) ?? (await priced(true));
   if (pricing) return { ok: true, pricing };
   return {
     ok: false,
     refusal: {
       kind: 'unpriced_model',
       model,
-      message: `Model "${model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${model}"`,
+      message: `Model "${model}" has no known price, so it cannot be metered; the project owner can set one with "gateway project set-pricing --model ${model}", the operator one for every project with "gateway pricing set --model ${model}"`,
     },
   };
 }
@@ -165,7 +176,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   if (!priced.ok) return priced;
   const { pricing } = priced;
   phaseStart = performance.now();
-  const reservedCall = await reserveCall(caller, pricing, body, input.now, input.capMicros);
+  const reservedCall = await reserveCall(caller, pricing, body, input.now, input.capMicros, input.signal);
   timePhase(log, 'reservation', phaseStart);
   if (!reservedCall.ok) return reservedCall;
   const { reserved } = reservedCall;

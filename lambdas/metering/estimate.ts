@@ -130,6 +130,19 @@ export interface EstimatedBody {
   tool_choice?: unknown;
   output_config?: unknown;
   output_format?: unknown;
+  /** Anthropic's automatic prompt caching: one breakpoint for the whole request. */
+  cache_control?: unknown;
+}
+
+/** The input bound, and whether the request can write the prompt cache at all. */
+export interface InputEstimate {
+  tokens: number;
+  /**
+   * Whether a `cache_control` key appears anywhere the estimate reads (blocks, tools, the top level). A provider
+   * writes its cache (at a rate above plain input) only at such breakpoints, so without one the input side of the
+   * reservation is priced at the plain input rate (docs/contract.md, "Reservation").
+   */
+  cacheControl: boolean;
 }
 
 // biome-ignore lint/suspicious/noControlCharactersInRegex: the range is all of ASCII, control characters included
@@ -204,10 +217,15 @@ const CONTENT = 2;
 type Mode = typeof TEXT | typeof STRUCTURED | typeof CONTENT;
 
 export function estimateInputTokens(body: EstimatedBody): number {
+  return estimateInput(body).tokens;
+}
+
+export function estimateInput(body: EstimatedBody): InputEstimate {
   const imageTokens = typeof body.model === 'string' && routeModel(body.model).provider === 'anthropic' ? CLAUDE_IMAGE_MAX_TOKENS : OPENAI_IMAGE_MAX_TOKENS;
   let tokens = REQUEST_OVERHEAD_TOKENS;
   let bytes = 0;
   let citations = false;
+  let cacheControl = body.cache_control !== undefined && body.cache_control !== null;
   // The stack, as parallel arrays (no object per frame): a value, its mode, and its factor (CITED_TEXT_FACTOR
   // inside a block with citations enabled, else 1).
   const values: unknown[] = [];
@@ -221,6 +239,7 @@ export function estimateInputTokens(body: EstimatedBody): number {
   };
   /** A key of a structured object: its literal, the colon, and the per-node allowance. */
   const key = (name: string, factor: number) => {
+    if (name === 'cache_control') cacheControl = true;
     bytes += factor * (structuredStringBytes(name) + 1 + STRUCTURED_NODE_TOKENS);
   };
   /** A value inside a structured value: a leaf is counted at once, an array or object waits on the stack. */
@@ -342,5 +361,5 @@ export function estimateInputTokens(body: EstimatedBody): number {
     }
   }
   if (citations) tokens += SYSTEM_PREAMBLE_TOKENS;
-  return Math.ceil(tokens + bytes);
+  return { tokens: Math.ceil(tokens + bytes), cacheControl };
 }

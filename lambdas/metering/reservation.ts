@@ -1,11 +1,12 @@
 import { clock } from '../config/clock.ts';
+import { budgetHoldWaitMs, HOLD_POLL_FIRST_MS, HOLD_POLL_MAX_MS } from '../config/timing.ts';
 import type { Caller } from '../auth/claims.ts';
 import { budgetFigures, reserve, secondsToReset, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import { windowEnd } from '../budgets/windows.ts';
 import type { ModelPricing } from '../pricing/prices.ts';
 import type { MessagesRequest } from '../providers/types.ts';
 import type { Refusable, Refusal } from '../refusals/refusal.ts';
-import { estimateInputTokens } from './estimate.ts';
+import { estimateInput } from './estimate.ts';
 
 /**
  * The reservation of one model call against what remains of the user's budget (docs/contract.md, "Hard cap"): the
@@ -17,7 +18,7 @@ import { estimateInputTokens } from './estimate.ts';
  */
 
 /** The smallest answer worth clamping to: below this a request is refused rather than cut to nothing useful. */
-export const MIN_OUTPUT_TOKENS = 64;
+export const MIN_OUTPUT_TOKENS = 16;
 /** Web searches a request may run when its web_search tool sets no `max_uses` (the gateway sets it upstream). */
 export const DEFAULT_WEB_SEARCH_MAX_USES = 10;
 const PICO_PER_MICRO = 1_000_000n;
@@ -65,9 +66,11 @@ function boundedTools(body: MessagesRequest, pricing: ModelPricing): { tools?: u
 }
 
 export function worstCaseOf(pricing: ModelPricing, body: MessagesRequest, webSearches: number): WorstCase {
-  const inputTokens = estimateInputTokens(body);
+  const { tokens: inputTokens, cacheControl } = estimateInput(body);
   const rates = pricing.rates(inputTokens);
-  const dearestInput = Math.max(rates.input, rates.cacheWrite, rates.cacheWrite1h, rates.cacheRead);
+  // Cache writes (dearer than input) happen only at a `cache_control` breakpoint: without one, every input token is
+  // billed as input or, at most, as a cache read (never dearer than input).
+  const dearestInput = cacheControl ? Math.max(rates.input, rates.cacheWrite, rates.cacheWrite1h, rates.cacheRead) : Math.max(rates.input, rates.cacheRead);
   return { inputTokens, inputPico: inputTokens * dearestInput, outputRate: rates.output, feesPico: webSearches * (pricing.fees.webSearch ?? 0) };
 }
 
@@ -95,9 +98,19 @@ function floorOf(body: MessagesRequest): number {
 }
 
 /**
- * Reserves the call's worst case (lowering `max_tokens` to fit when it can), or says why it cannot be reserved.
- * `capMicros` bounds the worst case further (an agent run's `maxBudgetUsd`, what is left of it): `max_tokens` is
- * lowered to fit it the same way, and below the floor the refusal is `cost_cap_reached`.
+ * Reserves the call's worst case, or says why it cannot be reserved (docs/contract.md, "Reservation", "Clamp" and
+ * "Holds wait"). `capMicros` bounds the worst case further (an agent run's `maxBudgetUsd`, what is left of it):
+ * `max_tokens` is lowered to fit it the same way, and below the floor the refusal is `cost_cap_reached`.
+ *
+ * Against the user's budget, each refused write returns the window's counters, and from them two fits are told
+ * apart: what fits beside what is SPENT (`used`), and what fits beside what is spent and HELD (`used + reserved`).
+ *   - Not even the floor fits beside the spent budget: nothing but the window's reset helps → `budget_exhausted`.
+ *   - The request would fit better once holds settle: it waits for them — re-trying with a growing, jittered pause,
+ *     for up to BUDGET_HOLD_WAIT_MS — instead of being refused or clamped while budget remains. Each retry is the same
+ *     single conditional write, so the cap holds at any concurrency.
+ *   - When the wait is over: `max_tokens` is clamped to what fits now if that is at least the floor, else the refusal
+ *     is `budget_held` (429, `x-should-retry: true`).
+ * A caller's abort ends the wait the same way.
  */
 export async function reserveCall(
   caller: Caller,
@@ -105,6 +118,7 @@ export async function reserveCall(
   clientBody: MessagesRequest,
   now = new Date(clock.now()),
   capMicros?: number,
+  signal?: AbortSignal,
 ): Promise<Refusable<{ reserved: ReservedCall }>> {
   const bounded = boundedTools(clientBody, pricing);
   // The body as it will be forwarded (a `max_uses` the gateway adds is input too); only max_tokens may change later.
@@ -122,10 +136,14 @@ export async function reserveCall(
       },
     };
   }
+  // Elapsed time of the wait, not a time of day: measured on the monotonic clock, so a test's frozen clock cannot
+  // make it endless.
+  const waitUntil = performance.now() + budgetHoldWaitMs();
+  let pause = HOLD_POLL_FIRST_MS;
   let maxTokens = capped;
-  let usage: WindowUsage | undefined;
-  // A refusal tells us what remained at that instant; concurrent requests may move it, hence a few attempts.
-  for (let attempt = 0; attempt < 3; attempt++) {
+  let quickTries = 0;
+  let usage: WindowUsage;
+  for (;;) {
     const result = await reserve({ caller, amounts: { ai: worstCaseMicros(worstCase, maxTokens), compute: 0 }, enforce: ['ai'], now });
     if (result.ok) {
       const clamped = maxTokens < clientBody.max_tokens;
@@ -136,12 +154,40 @@ export async function reserveCall(
       };
     }
     usage = result.usage;
-    const room = caller.budget.ai - usage.used.ai - usage.reserved.ai;
-    const fit = largestFitting(worstCase, room, capped);
-    if (fit < floor) break;
-    maxTokens = fit;
+    const budget = caller.budget.ai;
+    const fitSpent = largestFitting(worstCase, budget - usage.used.ai, capped);
+    if (fitSpent < floor) break;
+    const fitNow = largestFitting(worstCase, budget - usage.used.ai - usage.reserved.ai, capped);
+    const waited = performance.now() >= waitUntil || signal?.aborted === true;
+    // No hold stands in the way (what is spent alone leaves this little), or the wait is over: take what fits now,
+    // at once — a few times, as other requests' writes may move the counters in between.
+    if ((fitNow >= fitSpent || waited) && fitNow >= floor && quickTries < 3) {
+      quickTries++;
+      maxTokens = fitNow;
+      continue;
+    }
+    if (waited) break;
+    quickTries = 0;
+    await sleep(Math.min(pause, Math.max(1, waitUntil - performance.now())) * (0.5 + Math.random() / 2), signal);
+    pause = Math.min(HOLD_POLL_MAX_MS, pause * 2);
+    // Aim at what fits once the holds settle; a refused write tells again how far that is.
+    maxTokens = fitSpent;
   }
-  return { ok: false, refusal: budgetRefusal(caller, usage!, worstCaseMicros(worstCase, floor), now) };
+  return { ok: false, refusal: budgetRefusal(caller, usage, worstCaseMicros(worstCase, floor), now) };
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
 }
 
 /**

@@ -8,8 +8,10 @@ import { startTestGateway, type TestGateway } from '../support/gateway.ts';
  * spent budget instead of three (Claude Code used to send eleven over three minutes).
  */
 let gw: TestGateway;
+/** How long a call waits for holds in flight (BUDGET_HOLD_WAIT_MS; 10 s deployed), short here to see both sides of it. */
+const HOLD_WAIT_MS = 600;
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({ env: { BUDGET_HOLD_WAIT_MS: String(HOLD_WAIT_MS) } });
 });
 afterAll(async () => {
   await gw?.stop();
@@ -52,14 +54,29 @@ describe('budget refusals', () => {
     expect((err as Error).message).toMatch(/a lifetime budget does not reset/);
   });
 
-  it('a budget only held by requests in flight: x-should-retry true, retry-after 1, and the SDK retry succeeds once it frees', async () => {
+  /** Another request of the same user holding the whole budget, which finishes (charged nothing) after `ms`. */
+  async function holdEverything(user: string, budget: { ai: number; compute: number; window: 'day' }, ms: number) {
+    const held = await reserve({ caller: { projectId: gw.projectId, userId: user, budget }, amounts: { ai: budget.ai, compute: 0 }, enforce: ['ai'] });
+    expect(held.ok).toBe(true);
+    setTimeout(() => void settle((held as { reservation: Parameters<typeof settle>[0] }).reservation, { ai: 0, compute: 0 }), ms);
+  }
+
+  it('a budget held by requests in flight that settle within the wait: the request waits for them and is answered, no 429', async () => {
+    const budget = { ai: 100_000, compute: 0, window: 'day' as const };
+    const { client, calls } = countingClient(await gw.token({ user: 'held-briefly', budget }));
+    await holdEverything('held-briefly', budget, 200);
+    const started = performance.now();
+    const message = await client.messages.create(params);
+    expect(message.type).toBe('message');
+    expect(calls).toEqual([{ status: 200, retryAfter: null, shouldRetry: null }]);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(190);
+  });
+
+  it('a budget held beyond the wait: x-should-retry true, retry-after 1, and the SDK retry succeeds once it frees', async () => {
     const budget = { ai: 100_000, compute: 0, window: 'day' as const };
     const { client, calls } = countingClient(await gw.token({ user: 'held', budget }));
-    // Another request of the same user holds the whole budget …
-    const held = await reserve({ caller: { projectId: gw.projectId, userId: 'held', budget }, amounts: { ai: 100_000, compute: 0 }, enforce: ['ai'] });
-    expect(held.ok).toBe(true);
-    // … and finishes (charged nothing) while the SDK waits its retry-after.
-    setTimeout(() => void settle((held as { reservation: Parameters<typeof settle>[0] }).reservation, { ai: 0, compute: 0 }), 300);
+    // Held for longer than the gateway waits, so the first call is refused; the SDK's retry (1 s later) gets through.
+    await holdEverything('held', budget, HOLD_WAIT_MS + 300);
     const message = await client.messages.create(params);
     expect(message.type).toBe('message');
     expect(calls[0]).toEqual({ status: 429, retryAfter: '1', shouldRetry: 'true' });
