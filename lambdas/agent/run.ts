@@ -336,7 +336,15 @@ async function callModel(input: RunInput, turn: TurnContext): Promise<TurnOutcom
   const call = await meteredCall({ caller: input.caller, body, signal: input.signal, ...(turn.capMicros === undefined ? {} : { capMicros: turn.capMicros }) });
   const none = { input_tokens: 0, output_tokens: 0 };
   if (call.ok) turn.onAdmitted?.();
-  if (!call.ok) return { ok: false, refusal: call.refusal, aborted: input.signal.aborted, usage: none, ...(call.charge ? { charge: call.charge } : {}) };
+  // A call stopped before its answer may still have been charged (its input bound): the tokens go with the charge.
+  if (!call.ok)
+    return {
+      ok: false,
+      refusal: call.refusal,
+      aborted: input.signal.aborted,
+      usage: call.charge ? tokensOf(call.charge, undefined) : none,
+      ...(call.charge ? { charge: call.charge } : {}),
+    };
   const clamped = call.clampedMaxTokens;
   if (call.kind === 'message') return { ok: true, message: call.message, charge: call.charge, usage: tokensOf(call.charge, call.message), clamped };
 

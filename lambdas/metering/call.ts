@@ -207,15 +207,17 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   emit('UpstreamLatency', log.upstreamMs);
 
   if (result.kind === 'error') {
-    // Aborted by the caller: the provider may have billed the input it had read.
-    const micros = input.signal?.aborted ? charge(pricing, { input_tokens: reserved.worstCase.inputTokens, output_tokens: 0 }).microdollars : 0;
+    // Aborted by the caller: the provider may have billed the input it had read, so its bound is charged — and said
+    // as tokens, so a stopped run's result reports what it was charged for.
+    const tokens: TokenUsage | undefined = input.signal?.aborted ? { input_tokens: reserved.worstCase.inputTokens, output_tokens: 0 } : undefined;
+    const micros = tokens ? charge(pricing, tokens).microdollars : 0;
     const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context));
     log.costMicrodollars = micros;
     return {
       ok: false,
       refusal: { kind: 'upstream', status: result.status, body: result.body },
       clampedMaxTokens,
-      charge: chargeOf(caller, micros, undefined, outcome),
+      charge: chargeOf(caller, micros, tokens, outcome),
     };
   }
 

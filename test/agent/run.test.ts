@@ -13,6 +13,7 @@ import type { Caller } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { estimateInputTokens } from '../../lambdas/metering/estimate.ts';
+import { MIN_OUTPUT_TOKENS } from '../../lambdas/metering/reservation.ts';
 import { createDeveloper, createProject, setModelPricing } from '../../lambdas/registry/registry.ts';
 import { mcpServer } from '../support/tool-servers.ts';
 
@@ -409,7 +410,7 @@ describe('budget', () => {
     expect(clamped).toBeGreaterThanOrEqual(880);
     expect(clamped).toBeLessThan(8_192);
     expect(requestBody(0).max_tokens).toBe(clamped);
-    // It cost 200 + 10 × 880 = 9,000; the 1,000 left cannot pay the next call's smallest form (64 output tokens).
+    // It cost 200 + 10 × 880 = 9,000; the 1,000 left cannot pay the next call's smallest form (MIN_OUTPUT_TOKENS output tokens).
     const nextInput = estimateInputTokens({ model: MODEL, messages: out.state.conversation, tools: [offered()] });
     expect(upstream.requests).toHaveLength(1);
     expect(tools.calls).toHaveLength(1);
@@ -425,7 +426,7 @@ describe('budget', () => {
       num_turns: 1,
       usage: { input_tokens: 200, output_tokens: 880 },
       model: MODEL,
-      error: `The run's remaining budget (1000 microdollars) cannot pay for even the smallest form of the next model call (up to ${nextInput * IN_MICROS + 64 * OUT_MICROS})`,
+      error: `The run's remaining budget (1000 microdollars) cannot pay for even the smallest form of the next model call (up to ${nextInput * IN_MICROS + MIN_OUTPUT_TOKENS * OUT_MICROS})`,
     });
     expect(await ledger(out.caller)).toEqual({ used: 9_000, reserved: 0, openHolds: 0 });
   });
@@ -463,7 +464,7 @@ describe('budget', () => {
 
     expect(requestBody(0)).toEqual({ ...first, max_tokens: 8_192, stream: true });
     const left = budget - 82_000;
-    const smallest = estimateInputTokens({ model: MODEL, messages: out.state.conversation, tools: [offered()] }) * IN_MICROS + 64 * OUT_MICROS;
+    const smallest = estimateInputTokens({ model: MODEL, messages: out.state.conversation, tools: [offered()] }) * IN_MICROS + MIN_OUTPUT_TOKENS * OUT_MICROS;
     expect(smallest).toBeGreaterThan(left);
     expect(upstream.requests).toHaveLength(1);
     expect(out.result).toEqual({
@@ -714,7 +715,8 @@ describe("abort: the caller's signal", () => {
       total_cost_microdollars: inputBound,
       duration_secs: MODEL_MS / 1000,
       num_turns: 1,
-      usage: { input_tokens: 0, output_tokens: 0 },
+      // The tokens charged, as the charge counts them (the result and the charge tell the same story).
+      usage: { input_tokens: estimateInputTokens(requestBody(0)), output_tokens: 0 },
       model: MODEL,
       error: 'The run was stopped: the client went away',
     });

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
+import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
 import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -226,6 +227,35 @@ describe('an executing vessel', () => {
     expect(usage.compute.reserved).toBe(0);
     expect(usage.compute.used).toBeGreaterThanOrEqual(1);
     expect((await api.status(vesselId, token)).body).toEqual(canceled.body);
+  });
+
+  it('canceled before the upstream answered at all: charged the input bound, and the result reports those very tokens', async () => {
+    const token = await gw.token({ user: `c-early-${++seq}` });
+    const marker = `early-${randomBytes(4).toString('hex')}`;
+    // The upstream keeps the call waiting for 20 s before it sends anything.
+    const res = await api.incubate({ message: `${marker} [[words:5]] [[latency:20000]]`, idempotencyKey: key('early'), options: { token, model: MODEL } });
+    expect(res.status).toBe(202);
+    const { vesselId } = res.body;
+    await api.until(vesselId, token, (r) => r.status === 'EXECUTING', { timeout: 5_000 });
+    await vi.waitFor(
+      () => {
+        if (!upstreamSaw(marker)) throw new Error('the upstream has not been called yet');
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+    const canceled = await api.cancel(vesselId, token);
+    expect(canceled.status).toBe(200);
+    expect(canceled.body.status).toBe('CANCELED');
+    const result = canceled.body.output!.result!;
+    // The provider may have read (and billed) the input, so the input bound is charged: the result says so in tokens,
+    // and its cost is exactly those tokens × price (it used to report 0/0 tokens beside a charge).
+    expect(result.usage.output_tokens).toBe(0);
+    expect(result.usage.input_tokens).toBeGreaterThan(0);
+    expect(result.total_cost_microdollars).toBe(
+      charge(priceFor(MODEL, 'anthropic')!, { input_tokens: result.usage.input_tokens, output_tokens: 0 }).microdollars,
+    );
+    const usage = await api.usage(token);
+    expect(usage.ai).toMatchObject({ used: result.total_cost_microdollars, reserved: 0 });
   });
 });
 
