@@ -36,7 +36,12 @@ async function burstUser(ai: number) {
   const id = `burst-${++seq}`;
   const claim = { ai, compute: 0, window: 'day' as const };
   const client = gw.client(await gw.token({ user: id, budget: claim }), { maxRetries: 2 });
-  return { id, client, usage: async () => (await gw.invocationsDone(), readUsage({ projectId: gw.projectId, userId: id, budget: claim })) };
+  const usage = async () => {
+    // An answer is delivered before its settlement is written: read the ledger once every invocation has returned.
+    await gw.invocationsDone();
+    return readUsage({ projectId: gw.projectId, userId: id, budget: claim });
+  };
+  return { id, client, usage };
 }
 
 /** Sends every request at once; the answers delivered and their charges (x-gateway-cost-microdollars). */
