@@ -8,15 +8,18 @@ import { developerAllowance } from '../../lambdas/plans/compute.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
 import { MAX_PROJECT_ORIGINS, MAX_TOKEN_ORIGINS, originList } from '../../lambdas/origins/pattern.ts';
-import { Identifier, ProjectProvider } from '../../lambdas/registry/model.ts';
+import { type CustomPrice, Identifier, type ModelPrices, PricedModel, ProjectProvider } from '../../lambdas/registry/model.ts';
 import {
   createDeveloper,
   createProject,
   describeProject,
+  getDeploymentPricing,
   getDeveloper,
   getProject,
   RegistryError,
+  removeDeploymentPrice,
   rotateProjectSecret,
+  setDeploymentPrice,
   setDeveloperPlan,
   setModelPricing,
   setProjectOrigins,
@@ -59,7 +62,7 @@ export interface Command {
  */
 function takesEffect(
   target: Pick<Target, 'kind' | 'secretCacheSeconds'>,
-  change: 'secret' | 'provider-key' | 'pricing' | 'origins' | 'revocation' | 'unblock',
+  change: 'secret' | 'provider-key' | 'pricing' | 'deployment-pricing' | 'deployment-unpricing' | 'origins' | 'revocation' | 'unblock',
 ): { seconds: number; text: string } {
   const s = target.secretCacheSeconds;
   if (target.kind === 'local') return { seconds: s, text: `The local gateway picks up the change within ${s} s.` };
@@ -79,6 +82,16 @@ function takesEffect(
       return {
         seconds: s,
         text: `${within}; if the model had no price for this project, the first request for it makes an instance re-read the project at once.`,
+      };
+    case 'deployment-pricing':
+      return {
+        seconds: s,
+        text: `${within}; if the model had no price for a project, the first request for it makes an instance re-read the deployment's prices at once.`,
+      };
+    case 'deployment-unpricing':
+      return {
+        seconds: s,
+        text: `${within}: until then an instance that read the deployment's prices earlier may still charge the removed price.`,
       };
     case 'revocation':
       return {
@@ -116,6 +129,46 @@ const originsFlag = (max: number) =>
     .pipe(originList(max));
 const required = <T extends z.ZodType>(name: string, schema: T) =>
   z.preprocess((v) => v, z.string({ error: `--${name} is required` }).pipe(schema as never)) as unknown as T;
+
+/** The price flags of `project set-pricing` and `pricing set`: USD per million tokens, cache rates optional. */
+const PRICE_FLAGS = {
+  model: required('model', PricedModel),
+  'input-usd-per-mtok': required('input-usd-per-mtok', usd('input-usd-per-mtok')),
+  'output-usd-per-mtok': required('output-usd-per-mtok', usd('output-usd-per-mtok')),
+  'cache-read-usd-per-mtok': usd('cache-read-usd-per-mtok').optional(),
+  'cache-write-usd-per-mtok': usd('cache-write-usd-per-mtok').optional(),
+};
+const PRICE_USAGE = '--model M --input-usd-per-mtok X --output-usd-per-mtok Y [--cache-read-usd-per-mtok X] [--cache-write-usd-per-mtok X]';
+
+function priceOf(o: {
+  'input-usd-per-mtok': number;
+  'output-usd-per-mtok': number;
+  'cache-read-usd-per-mtok'?: number;
+  'cache-write-usd-per-mtok'?: number;
+}): CustomPrice {
+  return {
+    inputUsdPerMtok: o['input-usd-per-mtok'],
+    outputUsdPerMtok: o['output-usd-per-mtok'],
+    ...(o['cache-read-usd-per-mtok'] !== undefined ? { cacheReadUsdPerMtok: o['cache-read-usd-per-mtok'] } : {}),
+    ...(o['cache-write-usd-per-mtok'] !== undefined ? { cacheWriteUsdPerMtok: o['cache-write-usd-per-mtok'] } : {}),
+  };
+}
+
+/** `$1/Mtok in, $5/Mtok out[, $0.1/Mtok cache read][, $1.25/Mtok cache write]`. */
+function describePrice(price: CustomPrice): string {
+  return [
+    `$${price.inputUsdPerMtok}/Mtok in`,
+    `$${price.outputUsdPerMtok}/Mtok out`,
+    ...(price.cacheReadUsdPerMtok !== undefined ? [`$${price.cacheReadUsdPerMtok}/Mtok cache read`] : []),
+    ...(price.cacheWriteUsdPerMtok !== undefined ? [`$${price.cacheWriteUsdPerMtok}/Mtok cache write`] : []),
+  ].join(', ');
+}
+
+function listPrices(pricing: ModelPrices): string {
+  const models = Object.keys(pricing).sort();
+  if (models.length === 0) return 'No deployment-wide prices (gateway pricing set --model M … sets one)';
+  return ["Deployment-wide prices (a project's own price for a model wins):", ...models.map((m) => `  ${m}: ${describePrice(pricing[m]!)}`)].join('\n');
+}
 
 function parse<T extends z.ZodRawShape>(shape: T, flags: Flags): z.infer<z.ZodObject<T>> {
   const result = z.object(shape).safeParse(flags);
@@ -308,27 +361,11 @@ export const COMMANDS: Record<string, Command> = {
     },
   },
   'project set-pricing': {
-    usage:
-      'project set-pricing --project ID --model M --input-usd-per-mtok X --output-usd-per-mtok Y [--cache-read-usd-per-mtok X] [--cache-write-usd-per-mtok X]',
-    summary: "set the project's price for a model, in USD per million tokens (wins over the bundled table)",
+    usage: `project set-pricing --project ID ${PRICE_USAGE}`,
+    summary: "set the project's price for a model, in USD per million tokens (wins over deployment-wide prices and the bundled table)",
     async run(flags, ctx) {
-      const o = parse(
-        {
-          project: required('project', Identifier),
-          model: required('model', z.string().min(1)),
-          'input-usd-per-mtok': required('input-usd-per-mtok', usd('input-usd-per-mtok')),
-          'output-usd-per-mtok': required('output-usd-per-mtok', usd('output-usd-per-mtok')),
-          'cache-read-usd-per-mtok': usd('cache-read-usd-per-mtok').optional(),
-          'cache-write-usd-per-mtok': usd('cache-write-usd-per-mtok').optional(),
-        },
-        flags,
-      );
-      const price = {
-        inputUsdPerMtok: o['input-usd-per-mtok'],
-        outputUsdPerMtok: o['output-usd-per-mtok'],
-        ...(o['cache-read-usd-per-mtok'] !== undefined ? { cacheReadUsdPerMtok: o['cache-read-usd-per-mtok'] } : {}),
-        ...(o['cache-write-usd-per-mtok'] !== undefined ? { cacheWriteUsdPerMtok: o['cache-write-usd-per-mtok'] } : {}),
-      };
+      const o = parse({ project: required('project', Identifier), ...PRICE_FLAGS }, flags);
+      const price = priceOf(o);
       const target = await ctx.connect();
       await setModelPricing(o.project, o.model, price);
       const effect = takesEffect(target, 'pricing');
@@ -336,6 +373,44 @@ export const COMMANDS: Record<string, Command> = {
         data: { projectId: o.project, model: o.model, price, takesEffectWithinSeconds: effect.seconds },
         text: `Priced ${o.model} for ${o.project}: $${price.inputUsdPerMtok}/Mtok in, $${price.outputUsdPerMtok}/Mtok out\n${effect.text}`,
       };
+    },
+  },
+  'pricing set': {
+    usage: `pricing set ${PRICE_USAGE}`,
+    summary: "price a model for every project of the deployment, in USD per million tokens (a project's own price wins; this wins over the bundled table)",
+    async run(flags, ctx) {
+      const o = parse(PRICE_FLAGS, flags);
+      const price = priceOf(o);
+      const target = await ctx.connect();
+      await setDeploymentPrice(o.model, price);
+      const effect = takesEffect(target, 'deployment-pricing');
+      return {
+        data: { model: o.model, price, takesEffectWithinSeconds: effect.seconds },
+        text: `Priced ${o.model} for every project: ${describePrice(price)} (a project's own price for it wins)\n${effect.text}`,
+      };
+    },
+  },
+  'pricing unset': {
+    usage: 'pricing unset --model M',
+    summary: "remove a model's deployment-wide price (projects then use their own price, the bundled table's, or refuse the model)",
+    async run(flags, ctx) {
+      const o = parse({ model: required('model', PricedModel) }, flags);
+      const target = await ctx.connect();
+      await removeDeploymentPrice(o.model);
+      const effect = takesEffect(target, 'deployment-unpricing');
+      return {
+        data: { model: o.model, removed: true, takesEffectWithinSeconds: effect.seconds },
+        text: `Removed the deployment-wide price of ${o.model}\n${effect.text}`,
+      };
+    },
+  },
+  'pricing list': {
+    usage: 'pricing list',
+    summary: 'the deployment-wide prices, by model, in USD per million tokens',
+    async run(_flags, ctx) {
+      await ctx.connect();
+      const pricing = await getDeploymentPricing();
+      return { data: { pricing }, text: listPrices(pricing) };
     },
   },
   'project set-origins': {

@@ -1,6 +1,6 @@
 import { priceFor, type ModelPricing } from '../pricing/prices.ts';
 import { PROVIDERS } from '../providers/index.ts';
-import type { Project } from '../registry/model.ts';
+import type { CustomPrice, ModelPrices, Project } from '../registry/model.ts';
 import { routeModel, type Route } from '../routing/route.ts';
 
 /**
@@ -8,19 +8,35 @@ import { routeModel, type Route } from '../routing/route.ts';
  * `GET /v1/models` (so every listed id is one a request is accepted for): the project holds the key of the provider
  * the name routes to, where one is needed, and the model has a price.
  */
-export function pricingFor(project: Project, model: string, route: Route = routeModel(model)): ModelPricing | undefined {
-  // The project's custom price for the name the client used wins, then for the upstream name, then the catalog.
-  const custom = project.pricing[model];
-  if (custom) return priceFor(model, route.provider, { [model]: custom });
-  return priceFor(route.upstreamModel, route.provider, project.pricing);
+
+/** A custom price for a name, only when set for that very name (never an inherited property such as `constructor`). */
+const own = (prices: ModelPrices, name: string): CustomPrice | undefined => (Object.hasOwn(prices, name) ? prices[name] : undefined);
+
+/**
+ * The price of a model for a project, first found of: the project's custom price for the name the client used, then
+ * for the upstream name it routes to; the deployment-wide price (`gateway pricing set`; `deployment`, as read through
+ * registry/deployment-pricing.ts) for the name used, then for the upstream name; the bundled catalog.
+ */
+export function pricingFor(project: Project, deployment: ModelPrices, model: string, route: Route = routeModel(model)): ModelPricing | undefined {
+  const upstream = route.upstreamModel;
+  for (const prices of [project.pricing, deployment]) {
+    for (const name of [model, upstream]) {
+      const custom = own(prices, name);
+      if (custom) return priceFor(name, route.provider, { [name]: custom });
+    }
+  }
+  return priceFor(upstream, route.provider, NO_CUSTOM);
 }
+
+/** No custom prices, without a prototype: priceFor's own lookup in it then never finds `constructor` and the like. */
+const NO_CUSTOM: ModelPrices = Object.freeze(Object.create(null) as ModelPrices);
 
 /** Whether the project holds the key the route's provider is called with (the service's own key needs none). */
 export function hasProviderKey(project: Project, route: Route): boolean {
   return !PROVIDERS[route.provider].usesProjectKey || Boolean(project.providerKeys[route.provider as keyof Project['providerKeys']]);
 }
 
-export function servable(project: Project, model: string): boolean {
+export function servable(project: Project, deployment: ModelPrices, model: string): boolean {
   const route = routeModel(model);
-  return hasProviderKey(project, route) && pricingFor(project, model, route) !== undefined;
+  return hasProviderKey(project, route) && pricingFor(project, deployment, model, route) !== undefined;
 }

@@ -1,5 +1,6 @@
 import { catalogModels as providerCatalog } from '../pricing/catalog.ts';
 import { CATALOG_PROVIDERS } from '../pricing/catalog-providers.ts';
+import { cachedDeploymentPricing } from '../registry/deployment-pricing.ts';
 import { cachedProject } from '../registry/project-cache.ts';
 import { routeModel } from '../routing/route.ts';
 import { unknownIssuer } from '../auth/authenticate.ts';
@@ -9,8 +10,9 @@ import { proxyCaller } from './caller.ts';
 
 /**
  * GET /v1/models in Anthropic's list shape: exactly the models `POST /v1/messages` would serve and price for the
- * caller's project (model-access.ts decides both) — the project's custom-priced models, then the catalog's
- * Anthropic, OpenAI and OpenRouter models — with Anthropic's cursor paging.
+ * caller's project (model-access.ts decides both) — the project's custom-priced models, then the deployment-wide
+ * priced ones (`gateway pricing set`), then the catalog's Anthropic, OpenAI and OpenRouter models — with Anthropic's
+ * cursor paging.
  */
 export interface ModelInfo {
   type: 'model';
@@ -35,11 +37,16 @@ function catalogModels(): ModelInfo[] {
 
 async function modelsFor(req: Request): Promise<ModelInfo[]> {
   const caller = await proxyCaller(req);
-  const project = await cachedProject(caller.projectId);
+  const [project, deployment] = await Promise.all([cachedProject(caller.projectId), cachedDeploymentPricing()]);
   if (!project) throw new Refused(unknownIssuer());
-  const custom = Object.keys(project.pricing).map((id) => ({ type: 'model' as const, id, display_name: id, created_at: EPOCH }));
+  const custom = [...Object.keys(project.pricing), ...Object.keys(deployment)].map((id) => ({
+    type: 'model' as const,
+    id,
+    display_name: id,
+    created_at: EPOCH,
+  }));
   const seen = new Set<string>();
-  return [...custom, ...catalogModels()].filter((m) => !seen.has(m.id) && seen.add(m.id) && servable(project, m.id));
+  return [...custom, ...catalogModels()].filter((m) => !seen.has(m.id) && seen.add(m.id) && servable(project, deployment, m.id));
 }
 
 export async function listModels(req: Request): Promise<Response> {

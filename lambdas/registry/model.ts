@@ -35,6 +35,16 @@ export const CustomPrice = z.object({
 });
 export type CustomPrice = z.infer<typeof CustomPrice>;
 
+/** A model name a price is set for: the name a client sends (or the upstream name it routes to). */
+export const PricedModel = z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters');
+
+/**
+ * Custom prices by model name: a project's own (Project.pricing) and the deployment's (`gateway pricing set`, one
+ * registry item read through registry/deployment-pricing.ts), the same shape and checks for both.
+ */
+export const ModelPrices = z.record(z.string(), CustomPrice);
+export type ModelPrices = z.infer<typeof ModelPrices>;
+
 export const Developer = z.object({
   developerId: Identifier,
   planSeconds: z.number().int().nonnegative(),
@@ -50,7 +60,7 @@ export const Project = z.object({
   secret: z.string().min(32),
   /** Provider API keys, encrypted by the KeyCipher; never returned by any read path in clear. */
   providerKeys: z.partialRecord(ProjectProvider, z.string()).default({}),
-  pricing: z.record(z.string(), CustomPrice).default({}),
+  pricing: ModelPrices.default({}),
   createdAt: z.string(),
   secretRotatedAt: z.string().optional(),
   /**

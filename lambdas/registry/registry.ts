@@ -2,11 +2,11 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
-import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
+import { conditionalPut, conditionalUpdate, updateOnce } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { keyCipher } from './key-cipher.ts';
-import { Developer, MAX_REVOCATIONS, Project, revocationCount, type CustomPrice, type ProjectProvider } from './model.ts';
+import { CustomPrice, Developer, MAX_REVOCATIONS, ModelPrices, PricedModel, Project, revocationCount, type ProjectProvider } from './model.ts';
 
 /** Raised for an operator's mistake (unknown id, duplicate id): the CLI prints the message as it is. */
 export class RegistryError extends Error {
@@ -18,6 +18,8 @@ export class RegistryError extends Error {
 
 const developerKey = (id: string) => ({ pk: `developer#${id}` });
 const projectKey = (id: string) => ({ pk: `project#${id}` });
+/** The deployment's own prices: one item, apart from every developer and project (ids cannot hold '#'). */
+const DEPLOYMENT_PRICING_KEY = { pk: 'deployment#pricing' };
 const table = () => env().REGISTRY_TABLE;
 const newSecret = () => randomBytes(32).toString('base64url');
 
@@ -124,12 +126,70 @@ export async function providerKeyFor(project: Project, provider: ProjectProvider
   return ciphertext ? keyCipher().decrypt(ciphertext, { projectId: project.projectId }) : undefined;
 }
 
+/** A model name and its price as the registry stores them, checked by the one schema projects and the deployment share. */
+function checkedPrice(model: string, price: CustomPrice): CustomPrice {
+  const name = PricedModel.safeParse(model);
+  if (!name.success) throw new RegistryError(`The model name ${name.error.issues[0]!.message}`);
+  const checked = CustomPrice.safeParse(price);
+  if (!checked.success) {
+    const issue = checked.error.issues[0]!;
+    throw new RegistryError(`The price of ${model} is invalid: ${issue.path.join('.') || 'price'}: ${issue.message}`);
+  }
+  return checked.data;
+}
+
 export async function setModelPricing(projectId: string, model: string, price: CustomPrice): Promise<Project> {
   return updateProject(projectId, {
     expression: 'SET pricing.#m = :p',
     names: { '#m': model },
-    values: { ':p': price },
+    values: { ':p': checkedPrice(model, price) },
   });
+}
+
+/**
+ * The deployment-wide prices (`gateway pricing set`): for every project, a model without a price of the project's
+ * own is priced from here before the bundled catalog (metering/model-access.ts). Gateways read them through
+ * registry/deployment-pricing.ts, cached like a project record.
+ */
+export async function getDeploymentPricing(): Promise<ModelPrices> {
+  const out = await documentClient().send(new GetCommand({ TableName: table(), Key: DEPLOYMENT_PRICING_KEY, ConsistentRead: true }));
+  return ModelPrices.parse(out.Item?.pricing ?? {});
+}
+
+/** Sets one model's deployment-wide price; returns every deployment-wide price after the change. */
+export async function setDeploymentPrice(model: string, price: CustomPrice): Promise<ModelPrices> {
+  const checked = checkedPrice(model, price);
+  // A nested key can be set only inside an existing map, and one expression cannot create the map and set its key.
+  await updateOnce({
+    TableName: table(),
+    Key: DEPLOYMENT_PRICING_KEY,
+    UpdateExpression: 'SET #kind = :kind, pricing = if_not_exists(pricing, :empty)',
+    ExpressionAttributeNames: { '#kind': 'kind' },
+    ExpressionAttributeValues: { ':kind': 'deployment-pricing', ':empty': {} },
+  });
+  const item = await updateOnce({
+    TableName: table(),
+    Key: DEPLOYMENT_PRICING_KEY,
+    UpdateExpression: 'SET pricing.#m = :p',
+    ExpressionAttributeNames: { '#m': model },
+    ExpressionAttributeValues: { ':p': checked },
+    ReturnValues: 'ALL_NEW',
+  });
+  return ModelPrices.parse(item?.pricing ?? {});
+}
+
+/** Removes one model's deployment-wide price (refused when it has none); returns the deployment-wide prices left. */
+export async function removeDeploymentPrice(model: string): Promise<ModelPrices> {
+  const out = await conditionalUpdate({
+    TableName: table(),
+    Key: DEPLOYMENT_PRICING_KEY,
+    UpdateExpression: 'REMOVE pricing.#m',
+    ConditionExpression: 'attribute_exists(pricing.#m)',
+    ExpressionAttributeNames: { '#m': model },
+    ReturnValues: 'ALL_NEW',
+  });
+  if (!out.ok) throw new RegistryError(`Model ${model} has no deployment-wide price ("gateway pricing list" shows those set)`);
+  return ModelPrices.parse(out.attributes?.pricing ?? {});
 }
 
 /**

@@ -13,6 +13,7 @@ import { LocalKeyCipher } from '../../lambdas/registry/key-cipher.ts';
 import {
   createProject,
   describeProject,
+  getDeploymentPricing,
   getProject,
   providerKeyFor,
   RegistryError,
@@ -455,6 +456,15 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       `Priced m1 for ${p}: $1/Mtok in, $2/Mtok out\nRunning gateway instances pick up the change within 60 s (SECRET_CACHE_SECONDS); if the model had no price for this project, the first request for it makes an instance re-read the project at once.\n`,
     );
 
+    const deploymentPriced = await onStack(['pricing', 'set', '--model', 'stack-m1', '--input-usd-per-mtok', '1', '--output-usd-per-mtok', '2']);
+    expect(deploymentPriced.stdout).toBe(
+      "Priced stack-m1 for every project: $1/Mtok in, $2/Mtok out (a project's own price for it wins)\nRunning gateway instances pick up the change within 60 s (SECRET_CACHE_SECONDS); if the model had no price for a project, the first request for it makes an instance re-read the deployment's prices at once.\n",
+    );
+    const deploymentUnpriced = await onStack(['pricing', 'unset', '--model', 'stack-m1']);
+    expect(deploymentUnpriced.stdout).toBe(
+      "Removed the deployment-wide price of stack-m1\nRunning gateway instances pick up the change within 60 s (SECRET_CACHE_SECONDS): until then an instance that read the deployment's prices earlier may still charge the removed price.\n",
+    );
+
     // --json stays one machine-readable object, with the delay as a number
     for (const argv of [
       ['project', 'rotate-secret', '--project', p, '--json'],
@@ -466,6 +476,85 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       expect(r.stdout.trim().split('\n')).toHaveLength(1);
       expect(JSON.parse(r.stdout)).toMatchObject({ projectId: p, takesEffectWithinSeconds: 60 });
     }
+  });
+
+  it('pricing set|list|unset: deployment-wide prices in the registry; wrong invocations are exit 2, removing an unset price exit 1', async () => {
+    const set = await run([
+      'pricing',
+      'set',
+      '--model',
+      'cli-m1',
+      '--input-usd-per-mtok',
+      '1',
+      '--output-usd-per-mtok',
+      '5',
+      '--cache-read-usd-per-mtok',
+      '0.1',
+    ]);
+    expect(set).toEqual({
+      code: 0,
+      stdout:
+        "Priced cli-m1 for every project: $1/Mtok in, $5/Mtok out, $0.1/Mtok cache read (a project's own price for it wins)\nThe local gateway picks up the change within 1 s.\n",
+      stderr: '',
+    });
+    const second = await run([
+      'pricing',
+      'set',
+      '--model',
+      'cli-m2',
+      '--input-usd-per-mtok',
+      '0.8',
+      '--output-usd-per-mtok',
+      '4',
+      '--cache-write-usd-per-mtok',
+      '1',
+      '--json',
+    ]);
+    expect(JSON.parse(second.stdout)).toEqual({
+      model: 'cli-m2',
+      price: { inputUsdPerMtok: 0.8, outputUsdPerMtok: 4, cacheWriteUsdPerMtok: 1 },
+      takesEffectWithinSeconds: 1,
+    });
+    const pricing = {
+      'cli-m1': { inputUsdPerMtok: 1, outputUsdPerMtok: 5, cacheReadUsdPerMtok: 0.1 },
+      'cli-m2': { inputUsdPerMtok: 0.8, outputUsdPerMtok: 4, cacheWriteUsdPerMtok: 1 },
+    };
+    expect(await getDeploymentPricing()).toEqual(pricing);
+    expect(JSON.parse((await run(['pricing', 'list', '--json'])).stdout)).toEqual({ pricing });
+    expect((await run(['pricing', 'list'])).stdout).toBe(
+      "Deployment-wide prices (a project's own price for a model wins):\n  cli-m1: $1/Mtok in, $5/Mtok out, $0.1/Mtok cache read\n  cli-m2: $0.8/Mtok in, $4/Mtok out, $1/Mtok cache write\n",
+    );
+
+    expect(await run(['pricing', 'unset', '--model', 'cli-m1'])).toEqual({
+      code: 0,
+      stdout: 'Removed the deployment-wide price of cli-m1\nThe local gateway picks up the change within 1 s.\n',
+      stderr: '',
+    });
+    expect(await run(['pricing', 'unset', '--model', 'cli-m1', '--json'])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: '{"error":"Model cli-m1 has no deployment-wide price (\\"gateway pricing list\\" shows those set)"}\n',
+    });
+    expect(JSON.parse((await run(['pricing', 'unset', '--model', 'cli-m2', '--json'])).stdout)).toEqual({
+      model: 'cli-m2',
+      removed: true,
+      takesEffectWithinSeconds: 1,
+    });
+    expect((await run(['pricing', 'list'])).stdout).toBe('No deployment-wide prices (gateway pricing set --model M … sets one)\n');
+
+    for (const [argv, stderr] of [
+      [['pricing', 'set', '--model', 'm', '--input-usd-per-mtok', '-1', '--output-usd-per-mtok', '1'], 'error: --input-usd-per-mtok must not be negative\n'],
+      [['pricing', 'set', '--model', 'm', '--input-usd-per-mtok', 'cheap', '--output-usd-per-mtok', '1'], 'error: --input-usd-per-mtok must be a number\n'],
+      [['pricing', 'set', '--model', 'm', '--input-usd-per-mtok', '1'], 'error: --output-usd-per-mtok is required\n'],
+      [['pricing', 'set', '--input-usd-per-mtok', '1', '--output-usd-per-mtok', '1'], 'error: --model is required\n'],
+      [['pricing', 'set', '--model', '', '--input-usd-per-mtok', '1', '--output-usd-per-mtok', '1'], 'error: --model: must not be empty\n'],
+      [['pricing', 'unset'], 'error: --model is required\n'],
+      [['pricing', 'list', '--model', 'm'], 'error: unknown flag --model for pricing list; run gateway pricing --help\n'],
+      [['pricing'], 'error: missing subcommand for pricing: one of set, unset, list\n'],
+    ] as const) {
+      expect(await run([...argv])).toEqual({ code: 2, stdout: '', stderr });
+    }
+    expect(await getDeploymentPricing()).toEqual({});
   });
 
   it('project set-origins and token mint --origins: canonical lists, --any, and refusals of what is not an origin', async () => {
@@ -596,6 +685,8 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       'project set-provider-key',
       'project set-pricing',
       'project set-origins',
+      'pricing set',
+      'pricing unset',
       'webhook show',
       'webhook redeliver',
       'token mint',
