@@ -300,7 +300,8 @@ describe('refusals, with the exact bodies', () => {
   });
 
   it('AI budget left below the smallest call: 429 user_budget_exhausted, JSON and SSE alike, nothing charged (compute included)', async () => {
-    // 500 µ$: the smallest Sonnet call (its input and the 64-token output floor) costs more (issue 31).
+    // 500 µ$: the smallest Sonnet call (its input bound, ~100 tokens × 3 µ$, and the 16-token output floor × 15 µ$)
+    // costs more (issue 31).
     const poor = await user({ ai: 500 });
     const calls = gw.upstreams.anthropic!.requests.length;
     for (const sse of [false, true]) {
