@@ -86,16 +86,19 @@ export async function withdrawAdmission(admission: Extract<RunAdmission, { ok: t
 
 /**
  * Reserves the run's compute: what remains of the user's compute budget, up to `maxSeconds` (a held amount the run
- * must not outlive). Refused when either meter is spent — an AI budget with nothing left cannot pay for a turn.
+ * must not outlive). Refused when either meter is spent — an AI budget with nothing left cannot pay for a turn. An AI
+ * budget only HELD by the user's requests in flight does not refuse the run: its model calls reserve their own worst
+ * case, and wait for those holds to settle (metering/reservation.ts, docs/contract.md "Holds wait"), so a burst of runs
+ * is served until the budget is really spent; the compute written here is held against the compute budget alone.
  */
 async function reserveRunCompute(caller: Caller, developerId: string, maxSeconds: number, now: Date): Promise<Refusable<{ compute: RunCompute }>> {
   let usage = await readUsage(caller, now);
   for (let attempt = 0; attempt < 3; attempt++) {
     const figures = budgetFigures(caller, usage);
-    if (figures.compute.remaining <= 0 || figures.ai.remaining <= 0) break;
+    if (figures.compute.remaining <= 0 || usage.used.ai >= caller.budget.ai) break;
     const seconds = Math.min(figures.compute.remaining, maxSeconds);
     // The hold names the developer: its seconds go to their month when it is settled, by the run or by the sweep.
-    const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: ['compute', 'ai'], now, developerId });
+    const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: ['compute'], now, developerId });
     if (held.ok) return { ok: true, compute: { reservation: held.reservation, seconds } };
     usage = held.usage;
   }

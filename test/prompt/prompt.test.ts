@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
-import { readUsage } from '../../lambdas/budgets/ledger.ts';
+import { readUsage, reserve, settle } from '../../lambdas/budgets/ledger.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { createDeveloper, createProject } from '../../lambdas/registry/registry.ts';
@@ -324,6 +324,21 @@ describe('refusals, with the exact bodies', () => {
       reserved: { ai: 0, compute: 0 },
       openHolds: 0,
     });
+  });
+
+  it('an AI budget only held by requests in flight: the run is admitted, its first call waits for the holds, and it is answered', async () => {
+    const budget: BudgetClaim = { ai: 200_000, compute: 3_600, window: 'day' };
+    const u = await user(budget);
+    // Another request of the same user holds the whole AI budget, and settles (charged 1,000 µ$) 400 ms later.
+    const held = await reserve({ caller: { projectId: gw.projectId, userId: u.id, budget }, amounts: { ai: 200_000, compute: 0 }, enforce: ['ai'] });
+    if (!held.ok) throw new Error('could not hold the budget');
+    setTimeout(() => void settle(held.reservation, { ai: 1_000, compute: 0 }), 400);
+    const answer = await run(u.token, 'hi [[words:2]]');
+    expect(answer.result.subtype).toBe('success');
+    await gw.invocationsDone();
+    const after = await u.usage();
+    expect(after.used.ai).toBe(1_000 + answer.result.total_cost_microdollars);
+    expect(after.reserved).toEqual({ ai: 0, compute: 0 });
   });
 
   it("the developer's plan spent: 402 with the plan's figures", async () => {
