@@ -9,7 +9,10 @@ import {
   parseDirectives,
   type RecordedRequest,
 } from '../../bin/local/upstreams/script.ts';
+import { COMMANDS } from '../../bin/cli/commands.ts';
+import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { charge, priceFor, type PriceProvider } from '../../lambdas/pricing/prices.ts';
+import { createProject, removeDeploymentPrice } from '../../lambdas/registry/registry.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import {
   CLAUDE_CODE_VERSION,
@@ -278,4 +281,71 @@ describe(`Claude Code ${PINNED_VERSION} through the gateway`, () => {
     },
     90_000,
   );
+});
+
+/**
+ * Claude Code's `haiku` alias resolves to a model newer than the bundled price catalog: every project refused it
+ * (`400 Model "claude-haiku-5-5" has no known price`, which Claude Code retried) until each was priced on its own.
+ * One `gateway pricing set` now prices it for every project of the deployment (DESIGN §14, "Deployment-wide prices").
+ */
+describe(`Claude Code ${PINNED_VERSION} --model haiku, priced for the whole deployment`, () => {
+  const HAIKU = 'claude-haiku-5-5';
+
+  it('refused while unpriced; after gateway pricing set, served on two projects and charged the tokens × the set price', async () => {
+    expect(priceFor(HAIKU, 'anthropic')).toBeUndefined(); // the premise: the bundled catalog lacks it
+    const refused = await fetch(`${gw.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': await gw.token({ user: 'haiku-before' }), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: HAIKU, max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toContain(`"gateway pricing set --model ${HAIKU}"`);
+
+    // The operator's command, as the CLI runs it against this gateway's store.
+    const set = await COMMANDS['pricing set']!.run(
+      { model: HAIKU, 'input-usd-per-mtok': '1', 'output-usd-per-mtok': '5' },
+      { connect: async () => ({ kind: 'local', secretCacheSeconds: 0 }) },
+    );
+    expect(set.data).toMatchObject({ model: HAIKU, price: { inputUsdPerMtok: 1, outputUsdPerMtok: 5 } });
+
+    try {
+      const other = await createProject({ developerId: gw.developerId });
+      const tokens = [
+        await gw.token({ user: 'haiku-1' }),
+        await mintToken({
+          projectId: other.projectId,
+          userId: 'haiku-2',
+          secret: other.secret,
+          budget: { ai: 10_000_000, compute: 3600, window: 'day' },
+          expiresInSeconds: 3600,
+        }),
+      ];
+      const upstream = gw.upstreams.anthropic!;
+      for (const token of tokens) {
+        upstream.requests.length = 0;
+        front.records.length = 0;
+        const result = await runClaude({ baseUrl: front.url, token, trapUrl: trap.url, prompt: 'hi', args: ['--model', 'haiku'] });
+        const calls = front.records.map((r) => `${r.method} ${r.url} → ${r.status}${r.errorBody ? ` ${r.errorBody}` : ''}`);
+        expect(calls).toEqual(['POST /v1/messages?beta=true → 200']);
+        expect(result.exitCode, result.stderr).toBe(0);
+        expect(trap.attempts).toEqual([]);
+        const out = result.json!;
+        expect([out.type, out.subtype, out.is_error, out.api_error_status]).toEqual(['result', 'success', false, null]);
+
+        // The captured request: Claude Code asked for claude-haiku-5-5, and that is what reached Anthropic, verbatim.
+        const sent = JSON.parse(front.records[0]!.body) as { model: string };
+        expect(sent.model).toBe(HAIKU);
+        expect(upstream.requests).toHaveLength(1);
+        expect(upstream.requests[0]!.body).toEqual(sent);
+
+        // Charged exactly the tokens × the deployment price: $1/Mtok in, $5/Mtok out = 1 µ$ and 5 µ$ a token.
+        const { input, output } = simulated(upstream.requests[0]!, 'anthropic');
+        expect(out.modelUsage).toEqual({ [HAIKU]: expect.objectContaining({ inputTokens: input, outputTokens: output }) });
+        expect(input).toBeGreaterThan(0);
+        expect(await aiUsed(token)).toEqual({ used: input * 1 + output * 5, reserved: 0 });
+      }
+    } finally {
+      await removeDeploymentPrice(HAIKU);
+    }
+  }, 120_000);
 });
