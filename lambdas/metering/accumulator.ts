@@ -161,9 +161,18 @@ export class MessageAccumulator {
       if (phase === 'delta') this.outputSeen = true;
     }
     if ('cache_read_input_tokens' in u) this.usage.cache_read_input_tokens = trusted.cache_read_input_tokens;
-    if ('cache_creation_input_tokens' in u) this.usage.cache_creation_input_tokens = trusted.cache_creation_input_tokens;
+    // The cache writes, or (when only their 5-minute / 1-hour split is repeated) the split's sum.
+    if ('cache_creation_input_tokens' in u || 'cache_creation' in u) this.usage.cache_creation_input_tokens = trusted.cache_creation_input_tokens;
     if ('cache_creation' in u) this.usage.cache_creation_1h_input_tokens = trusted.cache_creation_1h_input_tokens;
-    if ('server_tool_use' in u) this.usage.web_search_requests = trusted.web_search_requests;
+    if ('server_tool_use' in u) {
+      this.usage.web_search_requests = trusted.web_search_requests;
+      this.usage.web_fetch_requests = trusted.web_fetch_requests;
+    }
+    // The other billed dimensions (metering/usage.ts): each as last reported (message_delta's are cumulative).
+    if ('iterations' in u) this.usage.iterations = trusted.iterations;
+    if ('speed' in u) this.usage.speed = trusted.speed;
+    if ('inference_geo' in u) this.usage.inference_geo = trusted.inference_geo;
+    if ('fallback_credit' in u) this.usage.fallback_credit_redeemed = trusted.fallback_credit_redeemed === true;
   }
 
   /** True once the provider has reported the input side (message_start). */

@@ -3,7 +3,7 @@ import { budgetHoldWaitMs, HOLD_POLL_FIRST_MS, HOLD_POLL_MAX_MS } from '../confi
 import type { Caller } from '../auth/claims.ts';
 import { budgetFigures, reserve, secondsToReset, type Reservation, type WindowUsage } from '../budgets/ledger.ts';
 import { windowEnd } from '../budgets/windows.ts';
-import type { ModelPricing } from '../pricing/prices.ts';
+import type { ModelPricing, Rates, Ratio } from '../pricing/prices.ts';
 import type { MessagesRequest } from '../providers/types.ts';
 import type { Refusable, Refusal } from '../refusals/refusal.ts';
 import { estimateInput } from './estimate.ts';
@@ -23,13 +23,34 @@ export const MIN_OUTPUT_TOKENS = 16;
 export const DEFAULT_WEB_SEARCH_MAX_USES = 10;
 const PICO_PER_MICRO = 1_000_000n;
 
+/** Web fetches a request may run when its web_fetch tool sets no `max_uses`, where fetches carry a fee (set upstream). */
+export const DEFAULT_WEB_FETCH_MAX_USES = 10;
+/**
+ * The advisor tool (`advisor_*`, https://platform.claude.com/docs/en/agents-and-tools/tool-use/advisor-tool) runs a
+ * sub-inference on another model per use, reading the whole transcript. A tool without `max_uses` or `max_tokens`
+ * gets these upstream (as a web search gets its `max_uses`), so that each use is bounded: at most this many uses,
+ * each of at most this many output tokens ("Minimum 1024; Anthropic recommends starting with 2048"; an advice is
+ * "typically 400 to 700 text tokens, 1,400 to 1,800 tokens total including thinking").
+ */
+export const DEFAULT_ADVISOR_MAX_USES = 3;
+export const DEFAULT_ADVISOR_MAX_TOKENS = 4096;
+
 export interface WorstCase {
   inputTokens: number;
-  /** Picodollars of the input side: every input token at the dearest input rate (cache writes cost more). */
+  /**
+   * Picodollars of the input side: every input token at the dearest input rate (cache writes cost more), once per
+   * model that may read it (the requested model, each server-side fallback, a compaction pass), premiums included.
+   */
   inputPico: number;
-  /** Picodollars per output token. */
+  /**
+   * Picodollars per `max_tokens` token: the output rates of the models whose answer `max_tokens` bounds, plus the
+   * input rate at which each advisor use re-reads that output, premiums included.
+   */
   outputRate: number;
-  /** Picodollars of the server-tool fees the request can incur. */
+  /**
+   * Picodollars that do not depend on `max_tokens`: the server-tool fees the request can incur, and the advisor's
+   * and fallbacks' own bounded parts (premiums included).
+   */
   feesPico: number;
 }
 
@@ -44,34 +65,117 @@ export interface ReservedCall {
   worstCase: WorstCase;
 }
 
-const isWebSearch = (tool: unknown) => typeof (tool as { type?: unknown })?.type === 'string' && (tool as { type: string }).type.startsWith('web_search_');
+const toolType = (tool: unknown) => (typeof (tool as { type?: unknown })?.type === 'string' ? (tool as { type: string }).type : '');
+const isWebSearch = (tool: unknown) => toolType(tool).startsWith('web_search_');
+const isWebFetch = (tool: unknown) => toolType(tool).startsWith('web_fetch_');
+const isAdvisor = (tool: unknown) => toolType(tool).startsWith('advisor_');
+const isCount = (n: unknown): n is number => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0;
 
-/** Web-search tools with their `max_uses` bounded: the client's own value, else the gateway's default. */
+/**
+ * Server tools with their uses bounded — the client's own `max_uses` (and an advisor's `max_tokens`), else the
+ * gateway's default, set upstream: web search where searches carry a fee, web fetch where fetches do (not on
+ * Anthropic: free), and the advisor always (its uses are billed at the advisor model's rates). `uses` counts the
+ * web searches; the rest is read back from the bounded tools by `worstCaseOf`.
+ */
 function boundedTools(body: MessagesRequest, pricing: ModelPricing): { tools?: unknown[]; uses: number; changed: boolean } {
-  if (!Array.isArray(body.tools) || pricing.fees.webSearch === undefined) return { tools: body.tools as unknown[] | undefined, uses: 0, changed: false };
+  if (!Array.isArray(body.tools)) return { tools: body.tools as unknown[] | undefined, uses: 0, changed: false };
   let uses = 0;
   let changed = false;
-  const tools = (body.tools as unknown[]).map((tool) => {
-    if (!isWebSearch(tool)) return tool;
-    const maxUses = (tool as { max_uses?: unknown }).max_uses;
-    if (typeof maxUses === 'number' && Number.isSafeInteger(maxUses) && maxUses >= 0) {
-      uses += maxUses;
-      return tool;
-    }
-    uses += DEFAULT_WEB_SEARCH_MAX_USES;
+  const bound = (tool: object, field: string, fallback: number, valid: (n: unknown) => boolean) => {
+    if (valid((tool as Record<string, unknown>)[field])) return tool;
     changed = true;
-    return { ...(tool as object), max_uses: DEFAULT_WEB_SEARCH_MAX_USES };
+    return { ...tool, [field]: fallback };
+  };
+  const tools = (body.tools as unknown[]).map((tool) => {
+    if (isWebSearch(tool) && pricing.fees.webSearch !== undefined) {
+      const bounded = bound(tool as object, 'max_uses', DEFAULT_WEB_SEARCH_MAX_USES, isCount);
+      uses += (bounded as { max_uses: number }).max_uses;
+      return bounded;
+    }
+    if (isWebFetch(tool) && (pricing.fees.webFetch ?? 0) > 0) return bound(tool as object, 'max_uses', DEFAULT_WEB_FETCH_MAX_USES, isCount);
+    if (isAdvisor(tool)) {
+      const withUses = bound(tool as object, 'max_uses', DEFAULT_ADVISOR_MAX_USES, isCount);
+      return bound(withUses, 'max_tokens', DEFAULT_ADVISOR_MAX_TOKENS, (n) => isCount(n) && n > 0);
+    }
+    return tool;
   });
   return { tools, uses, changed };
 }
 
+/** x × ratio, rounded up (a bound). */
+const times = (x: number, r: Ratio | undefined) => (r ? Math.ceil((x * r.num) / r.den) : x);
+
+/**
+ * The request's worst case (docs/contract.md, "Hard cap"; every billed dimension of metering/usage.ts and
+ * pricing/prices.ts `charge`):
+ * - the input bound at the dearest input rate, and `max_tokens` at the output rate, of the requested model;
+ * - fast mode (`speed: "fast"`): each model's token rates × its fast-mode premium;
+ * - server-side `fallbacks`: each fallback model may read the input again and answer up to its own `max_tokens`
+ *   (else the request's), at its rates — `"default"` counts as one more pass at the requested model's rates;
+ * - the advisor: per use (`max_uses`), the transcript so far (input bound + `max_tokens`) at the advisor's dearest
+ *   input rate and its `max_tokens` at its output rate (not at the executor's fast premium);
+ * - compaction (`context_management.edits` of type `compact_*`): one more pass over the input bound, and a summary
+ *   bounded like the answer;
+ * - web searches (`webSearches`) and web fetches (`max_uses` of the body's tools) at their fees;
+ * - US-only inference: token parts × 1.1 unless the request names another `inference_geo` (unset, the workspace's
+ *   default applies, which may be "us").
+ * A model without a known price (an advisor's or a fallback's) counts at the requested model's rates.
+ */
 export function worstCaseOf(pricing: ModelPricing, body: MessagesRequest, webSearches: number): WorstCase {
   const { tokens: inputTokens, cacheControl } = estimateInput(body);
-  const rates = pricing.rates(inputTokens);
   // Cache writes (dearer than input) happen only at a `cache_control` breakpoint: without one, every input token is
   // billed as input or, at most, as a cache read (never dearer than input).
-  const dearestInput = cacheControl ? Math.max(rates.input, rates.cacheWrite, rates.cacheWrite1h, rates.cacheRead) : Math.max(rates.input, rates.cacheRead);
-  return { inputTokens, inputPico: inputTokens * dearestInput, outputRate: rates.output, feesPico: webSearches * (pricing.fees.webSearch ?? 0) };
+  const dearest = (rates: Rates, writes = cacheControl) =>
+    writes ? Math.max(rates.input, rates.cacheWrite, rates.cacheWrite1h, rates.cacheRead) : Math.max(rates.input, rates.cacheRead);
+  const fastRequested = (body as { speed?: unknown }).speed === 'fast';
+  const priceOf = (model: unknown) => (typeof model === 'string' ? (pricing.other(model) ?? pricing) : pricing);
+  const rates = pricing.rates(inputTokens);
+  const fast = fastRequested ? pricing.premiums.fast : 1;
+  let inputPico = inputTokens * dearest(rates) * fast;
+  let outputRate = rates.output * fast;
+  let fixedPico = 0;
+
+  const fallbacks = (body as { fallbacks?: unknown }).fallbacks;
+  if (fallbacks === 'default') {
+    inputPico += inputTokens * dearest(rates) * fast;
+    outputRate += rates.output * fast;
+  } else if (Array.isArray(fallbacks)) {
+    for (const entry of fallbacks as { model?: unknown; max_tokens?: unknown; speed?: unknown }[]) {
+      const hop = priceOf(entry?.model);
+      const hopRates = hop.rates(inputTokens);
+      const hopFast = entry?.speed === 'fast' || (entry?.speed === undefined && fastRequested) ? hop.premiums.fast : 1;
+      inputPico += inputTokens * dearest(hopRates) * hopFast;
+      if (isCount(entry?.max_tokens)) fixedPico += entry.max_tokens * hopRates.output * hopFast;
+      else outputRate += hopRates.output * hopFast;
+    }
+  }
+
+  const edits = (body as { context_management?: { edits?: unknown } }).context_management?.edits;
+  if (Array.isArray(edits) && edits.some((edit) => toolType(edit).startsWith('compact_'))) {
+    inputPico += inputTokens * dearest(rates) * fast;
+    outputRate += rates.output * fast;
+  }
+
+  let webFetches = 0;
+  for (const tool of Array.isArray(body.tools) ? (body.tools as unknown as Record<string, unknown>[]) : []) {
+    if (isWebFetch(tool)) webFetches += isCount(tool.max_uses) ? tool.max_uses : DEFAULT_WEB_FETCH_MAX_USES;
+    if (!isAdvisor(tool)) continue;
+    const uses = isCount(tool.max_uses) ? tool.max_uses : DEFAULT_ADVISOR_MAX_USES;
+    const maxOut = isCount(tool.max_tokens) && tool.max_tokens > 0 ? tool.max_tokens : DEFAULT_ADVISOR_MAX_TOKENS;
+    const advisor = priceOf(tool.model);
+    // The advisor's prompt is the transcript so far; with `caching` it writes its own cache.
+    const advisorRates = advisor.rates(inputTokens + body.max_tokens);
+    const advisorInput = dearest(advisorRates, true);
+    fixedPico += uses * (inputTokens * advisorInput + maxOut * advisorRates.output);
+    outputRate += uses * advisorInput;
+  }
+
+  const usOnly =
+    typeof (body as { inference_geo?: unknown }).inference_geo === 'string' && (body as { inference_geo: string }).inference_geo !== 'us'
+      ? undefined
+      : pricing.premiums.usOnly;
+  const fees = webSearches * (pricing.fees.webSearch ?? 0) + webFetches * (pricing.fees.webFetch ?? 0);
+  return { inputTokens, inputPico: times(inputPico, usOnly), outputRate: times(outputRate, usOnly), feesPico: times(fixedPico, usOnly) + fees };
 }
 
 /** Worst case in whole microdollars (rounded up) at a given `max_tokens`. */
