@@ -44,7 +44,7 @@ export async function admitRun(
   const acquired = await acquireLease(developer.developerId, holder, tier.maxConcurrency, now);
   if (!acquired.ok) return { ok: false, refusal: concurrencyRefusal(acquired.live, acquired.max, caller.projectId) };
   if (run.maxSeconds === undefined) return { ok: true, lease: acquired.lease, tier, developerId: developer.developerId };
-  const reserved = await reserveRunCompute(caller, developer.developerId, run.maxSeconds, now);
+  const reserved = await reserveRunCompute(caller, developer.developerId, run.maxSeconds, now, run.kind === 'vessel');
   if (!reserved.ok) {
     // Taken a moment ago and never run on: removed as it was, with no wake for those waiting for capacity.
     await releaseLease(acquired.lease);
@@ -90,15 +90,24 @@ export async function withdrawAdmission(admission: Extract<RunAdmission, { ok: t
  * budget only HELD by the user's requests in flight does not refuse the run: its model calls reserve their own worst
  * case, and wait for those holds to settle (metering/reservation.ts, docs/contract.md "Holds wait"), so a burst of runs
  * is served until the budget is really spent; the compute written here is held against the compute budget alone.
+ * A vessel (`aiHeldRefuses`) is the exception: nobody waits on a line for it, so rather than hold a slot while its
+ * first call waits, it is refused `budget_held` and waits in its queue, re-tried with a growing back-off
+ * (vessels/executor.ts), for as long as the holds last.
  */
-async function reserveRunCompute(caller: Caller, developerId: string, maxSeconds: number, now: Date): Promise<Refusable<{ compute: RunCompute }>> {
+async function reserveRunCompute(
+  caller: Caller,
+  developerId: string,
+  maxSeconds: number,
+  now: Date,
+  aiHeldRefuses: boolean,
+): Promise<Refusable<{ compute: RunCompute }>> {
   let usage = await readUsage(caller, now);
   for (let attempt = 0; attempt < 3; attempt++) {
     const figures = budgetFigures(caller, usage);
-    if (figures.compute.remaining <= 0 || usage.used.ai >= caller.budget.ai) break;
+    if (figures.compute.remaining <= 0 || usage.used.ai >= caller.budget.ai || (aiHeldRefuses && figures.ai.remaining <= 0)) break;
     const seconds = Math.min(figures.compute.remaining, maxSeconds);
     // The hold names the developer: its seconds go to their month when it is settled, by the run or by the sweep.
-    const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: ['compute'], now, developerId });
+    const held = await reserve({ caller, amounts: { ai: 0, compute: seconds }, enforce: aiHeldRefuses ? ['compute', 'ai'] : ['compute'], now, developerId });
     if (held.ok) return { ok: true, compute: { reservation: held.reservation, seconds } };
     usage = held.usage;
   }
