@@ -19,13 +19,22 @@ const own = (prices: ModelPrices, name: string): CustomPrice | undefined => (Obj
  */
 export function pricingFor(project: Project, deployment: ModelPrices, model: string, route: Route = routeModel(model)): ModelPricing | undefined {
   const upstream = route.upstreamModel;
+  // Every custom price the project can use, its own winning: an advisor's or a fallback's model named in a request is
+  // priced from it too (ModelPricing.other).
+  const custom = customPrices(project.pricing, deployment);
   for (const prices of [project.pricing, deployment]) {
     for (const name of [model, upstream]) {
-      const custom = own(prices, name);
-      if (custom) return priceFor(name, route.provider, { [name]: custom });
+      if (own(prices, name)) return priceFor(name, route.provider, { ...custom, [name]: own(prices, name)! });
     }
   }
-  return priceFor(upstream, route.provider, NO_CUSTOM);
+  return priceFor(upstream, route.provider, custom);
+}
+
+/** The project's and the deployment's custom prices as one map without a prototype (the project's win). */
+function customPrices(project: ModelPrices, deployment: ModelPrices): ModelPrices {
+  const none = Object.keys(project).length === 0;
+  if (none && Object.keys(deployment).length === 0) return NO_CUSTOM;
+  return Object.assign(Object.create(null) as ModelPrices, deployment, project);
 }
 
 /** No custom prices, without a prototype: priceFor's own lookup in it then never finds `constructor` and the like. */

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
 import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
+import { pricingFor } from '../../lambdas/metering/model-access.ts';
 import { priceFor } from '../../lambdas/pricing/prices.ts';
 import type { CustomPrice, Project } from '../../lambdas/registry/model.ts';
 import {
@@ -109,6 +110,25 @@ describe('deployment-wide prices in the registry', () => {
       new RegistryError('The price of reg-c is invalid: inputUsdPerMtok: Too small: expected number to be >=0'),
     );
     expect(await getDeploymentPricing()).toEqual({ [HAIKU]: DEPLOYMENT, [GPT]: DEPLOYMENT });
+  });
+});
+
+describe('pricingFor: the lookup order', () => {
+  const project = (pricing: Record<string, CustomPrice>) => ({ pricing }) as unknown as Project;
+  it("an advisor's or a fallback's model (ModelPricing.other) is priced from the project's prices, then the deployment's", () => {
+    const deployment = { [HAIKU]: DEPLOYMENT };
+    const asked = pricingFor(project({}), deployment, 'claude-sonnet-4-6')!;
+    expect(asked.source).toBe('catalog');
+    expect(asked.other(HAIKU)?.rates(0).input).toBe(DEPLOYMENT.inputUsdPerMtok * 1_000_000);
+    // The project's own price for the other model wins over the deployment's.
+    const withOwn = pricingFor(project({ [HAIKU]: OWN }), deployment, 'claude-sonnet-4-6')!;
+    expect(withOwn.other(HAIKU)?.rates(0).input).toBe(OWN.inputUsdPerMtok * 1_000_000);
+    // A deployment-priced model asked for itself: its price, and the others' through the same lookup.
+    const own = pricingFor(project({}), deployment, HAIKU)!;
+    expect(own.source).toBe('custom');
+    expect(own.other('claude-sonnet-4-6')?.source).toBe('catalog');
+    // No inherited property is ever a price.
+    expect(pricingFor(project({}), {}, 'constructor')).toBeUndefined();
   });
 });
 
