@@ -317,7 +317,7 @@ describe('answer: Anthropic → OpenAI', () => {
     expect(chunks.some((c) => c !== '[DONE]' && 'usage' in c)).toBe(false);
     expect(chunks.at(-1)).toBe('[DONE]');
     const broken = new ChunkTranslator({ model: MODEL, created: 5, includeUsage: false });
-    events.slice(0, 3).forEach((e) => broken.push(e));
+    for (const e of events.slice(0, 3)) broken.push(e);
     expect(parse(broken.end())).toEqual([{ error: { message: expect.stringMatching(/ended before/), type: 'api_error', param: null, code: null } }]);
     const failed = new ChunkTranslator({ model: MODEL, created: 5, includeUsage: false });
     failed.push(events[0]!);
