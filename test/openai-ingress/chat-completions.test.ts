@@ -149,6 +149,25 @@ describe('chat.completions.create', () => {
     expect(ledger.reserved.ai).toBe(0);
   });
 
+  it('a client that leaves mid-stream: the upstream stops, what was produced is charged, no hold is left', async () => {
+    const u = await user();
+    const { openai } = client(u.token);
+    const stream = await openai.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'long [[words:400]] [[delay:20]]' }],
+      stream: true,
+    });
+    let seen = 0;
+    for await (const chunk of stream) {
+      if (chunk.choices[0]?.delta.content && ++seen === 3) break; // leaving the loop aborts the request
+    }
+    await expect.poll(async () => (await u.usage()).reserved.ai, { timeout: 10_000 }).toBe(0);
+    const ledger = await u.usage();
+    expect(ledger.used.ai).toBeGreaterThan(0);
+    // far below the 400 words' price: charged what was produced, not the whole answer
+    expect(ledger.used.ai).toBeLessThan(charge(pricing, { input_tokens: 0, output_tokens: 400 }).microdollars);
+  });
+
   it('a tool-call round trip (two requests, JSON then stream): tool_calls out, a tool message back, the tool result reaches Claude', async () => {
     const u = await user();
     const { openai } = client(u.token);
