@@ -39,6 +39,10 @@ export function proxyApp(): HttpApp {
       speaksOpenAI(req)
         ? openaiEnvelope(500, openaiError('The gateway failed to handle this request', 'api_error'))
         : anthropicEnvelope(500, anthropicError('api_error', 'The gateway failed to handle this request')),
-    errorTypeOf: (body) => (body as { error?: { type?: string } })?.error?.type,
+    // OpenAI's envelope carries a code more telling than its type (`invalid_api_key`, `insufficient_quota`).
+    errorTypeOf: (body) => {
+      const error = (body as { error?: { type?: string; code?: unknown } })?.error;
+      return typeof error?.code === 'string' ? error.code : error?.type;
+    },
   });
 }

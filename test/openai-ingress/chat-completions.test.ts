@@ -19,9 +19,10 @@ const MODEL = 'claude-sonnet-4-6';
 const pricing = priceFor(MODEL, 'anthropic')!;
 let gw: TestGateway;
 let seq = 0;
+const lines: string[] = [];
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({ accessLog: (line) => lines.push(line) });
 });
 afterAll(async () => {
   await gw?.stop();
@@ -234,6 +235,31 @@ describe('chat.completions.create', () => {
     const sent = gw.upstreams.anthropic!.requests[0]!.body as { output_config: { format: { type: string; schema: { properties: object } } } };
     expect(sent.output_config.format.type).toBe('json_schema');
     expect(Object.keys(sent.output_config.format.schema.properties)).toEqual(['name', 'population']);
+  });
+});
+
+describe('the access log', () => {
+  it('one line per request, as on /v1/messages: model, project/user, cost; a refusal names its code; never the token', async () => {
+    const u = await user();
+    const { openai, calls } = client(u.token);
+    lines.length = 0;
+    await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi [[words:3]]' }] });
+    const cost = calls[0]!.headers.get('x-gateway-cost-microdollars');
+    const requestId = calls[0]!.headers.get('request-id');
+    await expect.poll(() => lines.length).toBeGreaterThanOrEqual(1);
+    expect(lines[0]).toMatch(
+      new RegExp(`^POST /v1/chat/completions 200 ${MODEL} ${gw.projectId}/${u.id} ${cost}µ\\$ upstream \\d+ ms, total \\d+ ms ${requestId}$`),
+    );
+    const stream = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: '[[words:4]]' }], stream: true });
+    for await (const _ of stream) void _;
+    await expect.poll(() => lines.length).toBeGreaterThanOrEqual(2);
+    expect(lines[1]).toMatch(new RegExp(`^POST /v1/chat/completions 200 ${MODEL} ${gw.projectId}/${u.id} [1-9]\\d*µ\\$ upstream`));
+    await client('nope')
+      .openai.chat.completions.create({ model: MODEL, messages: [] })
+      .catch(() => undefined);
+    await expect.poll(() => lines.length).toBeGreaterThanOrEqual(3);
+    expect(lines[2]).toMatch(/^POST \/v1\/chat\/completions 401 invalid_api_key total \d+ ms req_gw_[0-9a-f]{24}$/);
+    expect(lines.join('\n')).not.toContain(u.token);
   });
 });
 
