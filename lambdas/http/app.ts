@@ -17,10 +17,13 @@ import type { Router } from './router.ts';
  */
 export interface AppSpec {
   router: Router;
-  /** A refusal as the app's response, in its own envelope (lambdas/refusals). */
-  renderRefusal(refusal: Refusal): Response;
+  /**
+   * A refusal as the app's response, in its own envelope (lambdas/refusals). `req`: the request when it could be
+   * built, for an app whose routes speak more than one envelope (the channeling URL's OpenAI-compatible route).
+   */
+  renderRefusal(refusal: Refusal, req?: Request): Response;
   /** The app's 500 for a failure of the gateway itself. */
-  internalError(): Response;
+  internalError(req?: Request): Response;
   /** The error type an error body names, for the access log. */
   errorTypeOf(body: unknown): string | undefined;
 }
@@ -55,10 +58,10 @@ export function httpApp(spec: AppSpec): HttpApp {
           res = methods.length ? preflightResponse(req, methods) : await spec.router.handle(req);
         } catch (err) {
           if (err instanceof Refused) {
-            res = spec.renderRefusal(err.refusal);
+            res = spec.renderRefusal(err.refusal, req);
           } else {
             logger.error('request failed', { error: err as Error, requestId: record.requestId, path: record.path });
-            res = spec.internalError();
+            res = spec.internalError(req);
           }
         }
         if (res.status >= 500) emit('Errors', 1);

@@ -16,6 +16,8 @@ import { BatchBody, BatchItem, IncubateBody } from '../vessels/request.ts';
 import {
   AnthropicError,
   BatchResponse,
+  ChatCompletion,
+  ChatCompletionsRequest,
   ConcurrentLimitReached,
   ConjureError,
   CountTokensAnswer,
@@ -23,6 +25,7 @@ import {
   Message,
   Model,
   ModelList,
+  OpenAIError,
   PromptAnswer,
   PromptStreamDone,
   PromptStreamMessage,
@@ -154,6 +157,28 @@ const PROXY_ERRORS = {
   529: anthropicError('AnthropicOverloaded', '`overloaded_error`: the provider is overloaded.'),
 };
 
+/** An error of the OpenAI-compatible route, in OpenAI's envelope (docs/openai.md, "Errors"). */
+function openaiError(id: string, description: string, extra: Record<string, unknown> = {}): ZodOpenApiResponseObject {
+  return { id, description, headers: { ...REQUEST_ID, 'x-should-retry': ref('ShouldRetry'), ...extra }, ...json(OpenAIError) };
+}
+const OPENAI_ERRORS = {
+  400: openaiError(
+    'OpenAIBadRequest',
+    '`invalid_request_error`, `param` naming the field: the body, a field Claude cannot carry (`logprobs`, `n` > 1…), a model not served on this route yet, or the provider’s 400.',
+  ),
+  401: openaiError('OpenAIUnauthorized', '`invalid_api_key`: the token is missing, invalid, expired or revoked (the message says which).'),
+  403: openaiError('OpenAIForbidden', '`origin_not_allowed`: a page whose `Origin` the project, the token or the deployment does not allow.'),
+  413: openaiError('OpenAITooLarge', '`request_too_large`: the body is over 6 MB.'),
+  429: openaiError(
+    'OpenAIRateLimited',
+    '`insufficient_quota`: the AI budget is spent (`x-should-retry: false`, `retry-after` = seconds to the reset); `rate_limit_exceeded`: held by requests in flight, or the provider’s 429.',
+    { 'retry-after': ref('RetryAfter') },
+  ),
+  500: openaiError('OpenAIServerError', '`api_error`: the gateway failed.'),
+  502: openaiError('OpenAIBadGateway', '`api_error`: the provider failed, could not be reached or timed out.'),
+  503: openaiError('OpenAIOverloaded', '`api_error`, code `overloaded`: the provider is overloaded (Anthropic’s 529).'),
+};
+
 /** An error of the conjure and prompt URLs, in the conjure envelope. */
 function conjureError(id: string, description: string, schema: z.ZodType = ConjureError, extra: Record<string, unknown> = {}): ZodOpenApiResponseObject {
   return { id, description, headers: { ...REQUEST_ID, ...extra }, ...json(schema) };
@@ -237,6 +262,39 @@ const channeling: Record<string, ZodOpenApiPathItemObject> = {
         ...pick(PROXY_ERRORS, 400, 401, 403, 404, 413, 429, 500, 529),
       },
       externalDocs: { description: 'Anthropic’s Messages API', url: 'https://docs.anthropic.com/en/api/messages' },
+    },
+  },
+  '/v1/chat/completions': {
+    servers: SERVERS.channeling,
+    post: {
+      operationId: 'createChatCompletion',
+      tags: ['channeling'],
+      summary: 'OpenAI Chat Completions API, metered (claude-* models)',
+      description:
+        'OpenAI’s `POST /v1/chat/completions` for Claude models: translated to Anthropic’s Messages API and back (docs/openai.md), with the token, budgets, hard cap and prices of `/v1/messages`. ' +
+        'A `max_completion_tokens` / `max_tokens` that would not fit is lowered (`x-gateway-max-tokens`), or the request is refused with 429.',
+      security: PROXY_SECURITY,
+      requestBody: { required: true, content: { 'application/json': { schema: ChatCompletionsRequest } } },
+      responses: {
+        200: {
+          description:
+            'The answer: a `chat.completion`, or with `stream: true` Server-Sent Events of `chat.completion.chunk` (`data: {…}` lines, then `data: [DONE]`).',
+          headers: {
+            ...REQUEST_ID,
+            'x-gateway-cost-microdollars': ref('Cost'),
+            'x-gateway-budget-remaining-microdollars': ref('BudgetRemaining'),
+            'x-gateway-max-tokens': ref('MaxTokens'),
+          },
+          content: {
+            'application/json': { schema: ChatCompletion },
+            'text/event-stream': {
+              schema: { type: 'string', description: 'OpenAI’s chunk stream; a failure after the start is a `data: {"error":{…}}` line.' },
+            },
+          },
+        },
+        ...pick(OPENAI_ERRORS, 400, 401, 403, 413, 429, 500, 502, 503),
+      },
+      externalDocs: { description: 'OpenAI’s Chat Completions API', url: 'https://platform.openai.com/docs/api-reference/chat/create' },
     },
   },
   '/v1/messages/count_tokens': {

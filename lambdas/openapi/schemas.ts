@@ -105,6 +105,39 @@ export const ModelList = z
   })
   .meta({ id: 'ModelList', description: 'The models this token’s project can use, in Anthropic’s list shape and cursor paging.' });
 
+// ————— the channeling URL: OpenAI's shapes (POST /v1/chat/completions, docs/openai.md) —————
+
+/** OpenAI's error envelope: every error of the OpenAI-compatible route. */
+export const OpenAIError = z
+  .looseObject({
+    error: z.looseObject({ message: z.string(), type: z.string(), param: z.string().nullable(), code: z.string().nullable() }),
+  })
+  .meta({ id: 'OpenAIError', description: 'OpenAI\'s error envelope (docs/openai.md, "Errors").' });
+
+/** What the gateway itself checks of a Chat Completions request; the rest is translated (docs/openai.md). */
+export const ChatCompletionsRequest = z
+  .looseObject({
+    model: z.string().min(1).meta({ description: 'A `claude-*` model (other models come with a later release).' }),
+    messages: z.array(z.looseObject({ role: z.string() })),
+    stream: z.boolean().optional(),
+    max_completion_tokens: z.int().min(1).optional(),
+    max_tokens: z.int().min(1).optional(),
+  })
+  .meta({ id: 'ChatCompletionsRequest', description: "OpenAI's Chat Completions request; what maps to what, and what is refused, is in docs/openai.md." });
+
+export const ChatCompletion = z
+  .looseObject({
+    id: z.string(),
+    object: z.literal('chat.completion'),
+    created: z.int(),
+    model: z.string(),
+    choices: z.array(
+      z.looseObject({ index: z.int(), message: z.looseObject({ role: z.literal('assistant'), content: z.string().nullable() }), finish_reason: z.string() }),
+    ),
+    usage: z.looseObject({ prompt_tokens: z.int(), completion_tokens: z.int(), total_tokens: z.int() }),
+  })
+  .meta({ id: 'ChatCompletion', description: "OpenAI's chat.completion object, translated from the Claude model's answer." });
+
 // ————— the conjure envelope —————
 
 /** The conjure envelope: `error` names the refusal; most carry a `message`, some their figures. */

@@ -1,8 +1,8 @@
-import { BUSY_RETRY_AFTER_SECONDS } from '../config/timing.ts';
 import { anthropicError } from '../providers/errors.ts';
 import type { AnthropicErrorBody, AnthropicErrorType } from '../providers/types.ts';
 import { messageOf } from './describe.ts';
 import { statusOf, type Refusal } from './refusal.ts';
+import { retryHeaders } from './retry.ts';
 
 /**
  * Refusals in Anthropic's envelope, for the proxy (docs/api.md, "Errors"): `{type:"error", error:{type, message}}`
@@ -44,19 +44,3 @@ const TYPES: Record<Exclude<Refusal['kind'], 'upstream'>, AnthropicErrorType> = 
   vessel_not_cancelable: 'invalid_request_error',
   trigger_failed: 'api_error',
 };
-
-function retryHeaders(refusal: Refusal): Record<string, string> {
-  switch (refusal.kind) {
-    case 'budget_exhausted':
-      return { 'x-should-retry': 'false', ...(refusal.retryAfterSeconds === undefined ? {} : { 'retry-after': String(refusal.retryAfterSeconds) }) };
-    case 'budget_held':
-    case 'concurrent_limit_reached':
-      return { 'x-should-retry': 'true', 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) };
-    case 'developer_budget_exhausted':
-      return { 'x-should-retry': 'false' };
-    case 'method_not_allowed':
-      return refusal.allow.length ? { allow: refusal.allow.join(', ') } : {};
-    default:
-      return {};
-  }
-}

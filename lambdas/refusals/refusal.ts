@@ -4,12 +4,14 @@ import { messageOf } from './describe.ts';
 /**
  * Every way the gateway says no, as data (docs/architecture.md, "Refusals"). The domain decides a refusal and
  * returns or throws it; each surface renders it once, in its own envelope: `anthropic.ts` for the proxy
- * (`{type:"error", error:{type, message}}`), `conjure.ts` for the conjure endpoints (`{error: code, …}`). Nothing
+ * (`{type:"error", error:{type, message}}`), `conjure.ts` for the conjure endpoints (`{error: code, …}`), `openai.ts` for
+ * the OpenAI-compatible route (`{error:{message, type, param, code}}`). Nothing
  * below a renderer builds a Response for a refusal.
  */
 export type Refusal =
   /** The request itself is wrong (body, parameter, path): 400, nothing was charged. */
-  | { kind: 'invalid_request'; message: string }
+  /** `param`: the field at fault, when one is (the OpenAI envelope names it). */
+  | { kind: 'invalid_request'; message: string; param?: string }
   | { kind: 'request_too_large'; message: string }
   | { kind: 'not_found'; message: string }
   /** `allow`: the methods the path does support (RFC 9110 requires them on a 405). */

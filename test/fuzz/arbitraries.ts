@@ -450,6 +450,7 @@ export const methodArb = fc.oneof(
 export const ROUTE_TEMPLATES = [
   '/v1/messages',
   '/v1/messages/count_tokens',
+  '/v1/chat/completions',
   '/v1/models',
   '/v1/models/{id}',
   '/usage',
@@ -479,6 +480,8 @@ const UNKNOWN_PATHS = [
   '/v1/models/a/b',
   '/%76%31/messages',
   '/v1/messages/count_tokens/x',
+  '/v1/chat',
+  '/v1/chat/completions/x',
 ];
 
 /** Percent-encodings that do not decode: truncated, non-hex, invalid UTF-8, overlong, lone surrogate, bare '%'. */

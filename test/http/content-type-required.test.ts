@@ -239,5 +239,12 @@ describe('not on the other routes', () => {
       body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }),
     });
     expect(count.status, await count.text()).not.toBe(415);
+    // The OpenAI-compatible route matches the proxy's other routes (docs/openai.md).
+    const chat = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'text/plain' },
+      body: JSON.stringify({ model: MODEL, max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(chat.status, await chat.text()).toBe(200);
   });
 });

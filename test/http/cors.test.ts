@@ -17,6 +17,7 @@ const BUDGET = { ai: 5_000_000, compute: 600, window: 'day' as const };
 const ROUTES: [string, string[]][] = [
   ['/v1/messages', ['POST']],
   ['/v1/messages/count_tokens', ['POST']],
+  ['/v1/chat/completions', ['POST']],
   ['/v1/models', ['GET']],
   ['/v1/models/claude-sonnet-4-6', ['GET']],
   ['/usage', ['GET']],
@@ -53,6 +54,11 @@ async function everyRoute(token: string, origin: string) {
   return {
     messages: await fetch(`${gw.url}/v1/messages`, { method: 'POST', headers: { ...h, 'x-api-key': token }, body: JSON.stringify(MESSAGE) }),
     countTokens: await fetch(`${gw.url}/v1/messages/count_tokens`, { method: 'POST', headers: { ...h, 'x-api-key': token }, body: JSON.stringify(MESSAGE) }),
+    chat: await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: bearer,
+      body: JSON.stringify({ model: MESSAGE.model, max_tokens: 64, messages: [{ role: 'user', content: 'Hello' }] }),
+    }),
     usage: await fetch(`${gw.url}/usage`, { headers: bearer }),
     prompt: await fetch(`${gw.url}/prompt`, { method: 'POST', headers: h, body: JSON.stringify({ message: 'Hello', options: { token } }) }),
     incubate: await fetch(`${gw.url}/incubate`, {
@@ -172,6 +178,11 @@ describe('origins per project and per token', () => {
       });
       expect(r.messages.headers.get('x-should-retry')).toBe('false');
       expect(r.countTokens.status).toBe(403);
+      // The OpenAI-compatible route: the same refusal in OpenAI's envelope.
+      expect({ status: r.chat.status, body: await r.chat.json() }).toEqual({
+        status: 403,
+        body: { error: { message, type: 'invalid_request_error', param: null, code: 'origin_not_allowed' } },
+      });
       for (const res of [r.usage, r.prompt, r.incubate, r.batch, r.status, r.cancel]) {
         expect({ status: res.status, body: await res.json() }).toEqual({ status: 403, body: { error: 'origin_not_allowed', message } });
       }
@@ -181,7 +192,9 @@ describe('origins per project and per token', () => {
 
       // Allowed: the listed origin, a subdomain, and a request without Origin (a server).
       const allowed = await everyRoute(token, 'https://a.b.app.example');
-      expect([allowed.messages.status, allowed.usage.status, allowed.prompt.status, allowed.incubate.status]).toEqual([200, 200, 200, 202]);
+      expect([allowed.messages.status, allowed.chat.status, allowed.usage.status, allowed.prompt.status, allowed.incubate.status]).toEqual([
+        200, 200, 200, 200, 202,
+      ]);
       const fromServer = await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${token}` } });
       expect(fromServer.status).toBe(200);
     } finally {

@@ -154,6 +154,16 @@ describe('the channeling URL answers as documented', () => {
     conforms('POST /v1/messages', await post('/v1/messages', MESSAGE, proxy({ 'x-api-key': broke })), 429);
   });
 
+  it('POST /v1/chat/completions: JSON and its errors in OpenAI’s envelope', async () => {
+    const chat = { model: MESSAGE.model, messages: MESSAGE.messages, max_tokens: MESSAGE.max_tokens };
+    const path = 'POST /v1/chat/completions';
+    conforms(path, await post('/v1/chat/completions', chat, proxy()), 200);
+    conforms(path, await post('/v1/chat/completions', { ...chat, n: 2 }, proxy()), 400);
+    conforms(path, await post('/v1/chat/completions', chat), 401);
+    const broke = await gw.token({ user: 'openapi-chat-broke', budget: { ai: 0 } });
+    conforms(path, await post('/v1/chat/completions', chat, proxy({ 'x-api-key': broke })), 429);
+  });
+
   it('POST /v1/messages/count_tokens, GET /v1/models and /v1/models/{id}', async () => {
     const { max_tokens: _, ...count } = MESSAGE;
     conforms('POST /v1/messages/count_tokens', await post('/v1/messages/count_tokens', count, proxy()), 200);

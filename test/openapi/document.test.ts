@@ -68,6 +68,7 @@ describe('docs/openapi.json', () => {
     expect(security).toEqual({
       'POST /v1/messages': proxy,
       'POST /v1/messages/count_tokens': proxy,
+      'POST /v1/chat/completions': proxy,
       'GET /v1/models': proxy,
       'GET /v1/models/{id}': proxy,
       'POST /prompt': [],

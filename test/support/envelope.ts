@@ -37,6 +37,15 @@ export function conjureEnvelopeProblem(body: unknown): string | undefined {
   return undefined;
 }
 
+/** OpenAI's envelope, on POST /v1/chat/completions: `{"error":{"message","type","param","code"}}`. */
+export function openaiEnvelopeProblem(body: unknown): string | undefined {
+  const error = isObject(body) ? body.error : undefined;
+  if (!isObject(error) || typeof error.message !== 'string' || typeof error.type !== 'string' || !('param' in error) || !('code' in error)) {
+    return 'not the OpenAI envelope {"error":{"message","type","param","code"}}';
+  }
+  return undefined;
+}
+
 export function responseProblems(res: RawResponse, app: App, method: string): string[] {
   const problems: string[] = [];
   const rid = res.headers['request-id'];
@@ -50,6 +59,11 @@ export function responseProblems(res: RawResponse, app: App, method: string): st
       return problems;
     }
     if (!String(res.headers['content-type']).includes('application/json')) problems.push(`error content-type is ${res.headers['content-type']}`);
+    if (app === 'openai') {
+      const openai = openaiEnvelopeProblem(body);
+      if (openai) problems.push(`OpenAI route: ${openai}`);
+      return problems;
+    }
     const proxy = proxyEnvelopeProblem(res.status, body);
     const conjure = conjureEnvelopeProblem(body);
     if (app === 'proxy' && proxy) problems.push(`proxy path: ${proxy}`);

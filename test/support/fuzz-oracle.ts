@@ -13,10 +13,12 @@ import { MODELS, validLimit } from '../fuzz/arbitraries.ts';
  * data, and the contract says only that an unpriced model is refused.
  */
 
-export type App = 'proxy' | 'conjure' | 'either';
+/** `openai`: the channeling URL's OpenAI-compatible route, which answers in OpenAI's envelope (docs/openai.md). */
+export type App = 'proxy' | 'openai' | 'conjure' | 'either';
 export type RouteName =
   | 'messages'
   | 'count_tokens'
+  | 'chat_completions'
   | 'models'
   | 'model'
   | 'usage'
@@ -40,6 +42,7 @@ export interface PathInfo {
 const ROUTES: [RegExp, RouteName][] = [
   [/^\/v1\/messages\/?$/, 'messages'],
   [/^\/v1\/messages\/count_tokens\/?$/, 'count_tokens'],
+  [/^\/v1\/chat\/completions\/?$/, 'chat_completions'],
   [/^\/v1\/models\/?$/, 'models'],
   [/^\/v1\/models\/([^/]+)\/?$/, 'model'],
   [/^\/usage\/?$/, 'usage'],
@@ -53,6 +56,7 @@ const ROUTES: [RegExp, RouteName][] = [
 export const ROUTE_METHOD: Record<RouteName, string> = {
   messages: 'POST',
   count_tokens: 'POST',
+  chat_completions: 'POST',
   models: 'GET',
   model: 'GET',
   usage: 'GET',
@@ -90,7 +94,7 @@ export function classifyPath(target: string): PathInfo {
   const malformed = !decodes(raw);
   for (const [re, route] of ROUTES) {
     const m = re.exec(path);
-    if (m) return { app, route, id: m[1], query, malformed };
+    if (m) return { app: route === 'chat_completions' ? 'openai' : app, route, id: m[1], query, malformed };
   }
   return { app, query, malformed };
 }
@@ -172,6 +176,12 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
       const model = modelOutcome(judged.body, info.route);
       return { statuses: [...model.statuses, ...judged.alsoAllowed], caller, body: judged.body, why: `${judged.why}; ${model.why}` };
     }
+    case 'chat_completions':
+      // The fuzz of this route's bodies comes with the rest of issue 29; here the routing: a bad token is 401, and a
+      // fuzzed body may be refused (400, 413), or answered, clamped or refused for the budget — never a 5xx.
+      return caller
+        ? { statuses: [200, 400, 413, 429], why: 'POST /v1/chat/completions with valid credentials' }
+        : { statuses: [400, 401, 413], why: 'POST /v1/chat/completions without valid credentials' };
     case 'prompt':
     case 'incubate':
     case 'incubate_batch':

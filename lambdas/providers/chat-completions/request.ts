@@ -5,6 +5,7 @@ import { TYPICAL_IMAGE_TOKENS } from '../token-estimates.ts';
 import type { MessagesRequest } from '../types.ts';
 import type { Dialect } from './dialect.ts';
 import { TranslationError } from './errors.ts';
+import { effortForBudget, functionTool, imageUrlOf, openaiToolChoiceMode, toolCallOf, type Effort } from './mapping.ts';
 
 /**
  * Anthropic Messages request → OpenAI Chat Completions request (docs/translation.md has the full table).
@@ -62,14 +63,7 @@ export class ToolNames {
 // Reasoning (the dialects turn these into their own controls)
 // ---------------------------------------------------------------------------------------------------------------
 
-export type Effort = 'low' | 'medium' | 'high';
-
-/** Anthropic's thinking budget → OpenAI's effort: low < 4096 ≤ medium < 16384 ≤ high. */
-export function effortForBudget(budgetTokens: number): Effort {
-  if (budgetTokens < 4096) return 'low';
-  if (budgetTokens < 16384) return 'medium';
-  return 'high';
-}
+export { effortForBudget, type Effort } from './mapping.ts';
 
 /** Anthropic's `output_config.effort` (low…max) → OpenAI's three levels. */
 function effortOf(value: unknown): Effort | undefined {
@@ -134,11 +128,9 @@ function unsupported(type: string, where: string, label: string): TranslationErr
 }
 
 function imagePart(block: Block, where: string, label: string): OpenAI.Chat.ChatCompletionContentPartImage {
-  const source = block.source as { type?: string; media_type?: string; data?: string; url?: string } | undefined;
-  if (source?.type === 'base64' && typeof source.data === 'string' && typeof source.media_type === 'string') {
-    return { type: 'image_url', image_url: { url: `data:${source.media_type};base64,${source.data}` } };
-  }
-  if (source?.type === 'url' && typeof source.url === 'string') return { type: 'image_url', image_url: { url: source.url } };
+  const url = imageUrlOf(block.source);
+  if (url) return { type: 'image_url', image_url: { url } };
+  const source = block.source as { type?: string } | undefined;
   throw new TranslationError(`${where}: image source "${source?.type ?? 'missing'}" cannot be sent to ${label} (use base64 or url images)`);
 }
 
@@ -251,11 +243,7 @@ function translateAssistant(content: unknown, index: number, names: ToolNames, l
         texts.push(textOf(block, where));
         break;
       case 'tool_use':
-        calls.push({
-          id: String(block.id ?? ''),
-          type: 'function',
-          function: { name: names.upstream(String(block.name ?? '')), arguments: JSON.stringify(block.input ?? {}) },
-        });
+        calls.push(toolCallOf({ id: String(block.id ?? ''), name: names.upstream(String(block.name ?? '')), input: block.input }));
         break;
       case 'thinking':
       case 'redacted_thinking':
@@ -326,12 +314,11 @@ function translateTools(tools: unknown, names: ToolNames, label: string, loaded:
       );
     }
     if (typeof tool.name !== 'string' || !tool.name) throw new TranslationError(`tools.${i}: a tool needs a "name"`);
-    const fn: OpenAI.FunctionDefinition = {
+    return functionTool({
       name: names.upstream(tool.name),
-      parameters: (tool.input_schema ?? { type: 'object', properties: {} }) as OpenAI.FunctionParameters,
-    };
-    if (typeof tool.description === 'string') fn.description = tool.description;
-    return { type: 'function', function: fn };
+      input_schema: (tool.input_schema ?? { type: 'object', properties: {} }) as Record<string, unknown>,
+      ...(typeof tool.description === 'string' ? { description: tool.description } : {}),
+    });
   });
 }
 
@@ -339,20 +326,9 @@ function translateToolChoice(choice: unknown, names: ToolNames): Pick<ChatReques
   const c = choice as { type?: string; name?: string; disable_parallel_tool_use?: boolean } | undefined;
   if (!c?.type) return {};
   const out: Pick<ChatRequest, 'tool_choice' | 'parallel_tool_calls'> = {};
-  switch (c.type) {
-    case 'auto':
-      out.tool_choice = 'auto';
-      break;
-    case 'any':
-      out.tool_choice = 'required';
-      break;
-    case 'tool':
-      out.tool_choice = { type: 'function', function: { name: names.upstream(String(c.name ?? '')) } };
-      break;
-    case 'none':
-      out.tool_choice = 'none';
-      break;
-  }
+  const mode = openaiToolChoiceMode(c.type);
+  if (mode) out.tool_choice = mode;
+  else if (c.type === 'tool') out.tool_choice = { type: 'function', function: { name: names.upstream(String(c.name ?? '')) } };
   if (c.disable_parallel_tool_use === true && c.type !== 'none') out.parallel_tool_calls = false;
   return out;
 }
