@@ -242,6 +242,9 @@ describe('the access log', () => {
   it('one line per request, as on /v1/messages: model, project/user, cost; a refusal names its code; never the token', async () => {
     const u = await user();
     const { openai, calls } = client(u.token);
+    // An access line is written once its request's invocation has finished (after the settlement): the earlier tests'
+    // lines are all in before this test's are counted.
+    await gw.invocationsDone();
     lines.length = 0;
     await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi [[words:3]]' }] });
     const cost = calls[0]!.headers.get('x-gateway-cost-microdollars');
