@@ -179,8 +179,9 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
     case 'chat_completions':
       // The fuzz of this route's bodies comes with the rest of issue 29; here the routing: a bad token is 401, and a
       // fuzzed body may be refused (400, 413), or answered, clamped or refused for the budget — never a 5xx.
+      // The caller is named so the ledger is checked too: no hold left, a refusal charged nothing.
       return caller
-        ? { statuses: [200, 400, 413, 429], why: 'POST /v1/chat/completions with valid credentials' }
+        ? { statuses: [200, 400, 413, 429], caller, why: 'POST /v1/chat/completions with valid credentials' }
         : { statuses: [400, 401, 413], why: 'POST /v1/chat/completions without valid credentials' };
     case 'prompt':
     case 'incubate':
