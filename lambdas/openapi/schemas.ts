@@ -88,22 +88,31 @@ export const CountTokensAnswer = z
 export const Model = mirrors<ModelInfo>()(
   z
     .object({
-      type: z.literal('model'),
+      type: z.literal('model').meta({ description: "Anthropic's vocabulary." }),
+      object: z.literal('model').meta({ description: "OpenAI's vocabulary." }),
       id: z.string().meta({ description: 'The name to send as `model`; OpenRouter models that would route elsewhere carry `or:`.' }),
       display_name: z.string(),
       created_at: z.string().meta({ description: 'Always 1970-01-01T00:00:00Z.' }),
+      created: z.number().int().meta({ description: 'Unix seconds, as OpenAI gives them: always 0 (the gateway knows no release dates).' }),
+      owned_by: z.enum(['anthropic', 'openai', 'openrouter']).meta({ description: 'The provider the name routes to.' }),
     })
     .meta({ id: 'Model' }),
 );
 
 export const ModelList = z
   .object({
+    object: z.literal('list'),
     data: z.array(Model),
     has_more: z.boolean(),
     first_id: z.string().nullable(),
     last_id: z.string().nullable(),
   })
-  .meta({ id: 'ModelList', description: 'The models this token’s project can use, in Anthropic’s list shape and cursor paging.' });
+  .meta({
+    id: 'ModelList',
+    description:
+      'The models this token’s project can use, in Anthropic’s list shape and cursor paging and OpenAI’s list shape at once. ' +
+      'Without an `anthropic-version` header and without paging parameters (as the OpenAI SDK asks), every model in one page.',
+  });
 
 // ————— the channeling URL: OpenAI's shapes (POST /v1/chat/completions, docs/openai.md) —————
 

@@ -1,3 +1,4 @@
+import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
@@ -51,5 +52,36 @@ describe('GET /v1/models', () => {
       }),
     );
     expect(refusedIds).toEqual([]);
+  });
+
+  it('answers both SDKs: each entry in both vocabularies; the OpenAI SDK gets every model in one page, the Anthropic SDK pages', async () => {
+    const token = await gw.token({ user: 'both-sdks' });
+    const anthropicIds = await listAll(token);
+    const openai = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: token, maxRetries: 0 });
+    const openaiIds: string[] = [];
+    for await (const m of openai.models.list()) openaiIds.push(m.id);
+    // The OpenAI SDK reads one page (OpenAI's list has no paging): it gets all of them, as the Anthropic SDK does in pages.
+    expect(openaiIds).toEqual(anthropicIds);
+    expect(openaiIds.length).toBeGreaterThan(20);
+
+    const sonnet = await openai.models.retrieve('claude-sonnet-4-6');
+    expect(sonnet).toEqual({
+      type: 'model',
+      object: 'model',
+      id: 'claude-sonnet-4-6',
+      display_name: expect.any(String),
+      created_at: '1970-01-01T00:00:00Z',
+      created: 0,
+      owned_by: 'anthropic',
+    });
+    const viaAnthropic = await gw.client(token).models.retrieve('gpt-4o');
+    expect(viaAnthropic).toMatchObject({ type: 'model', object: 'model', id: 'gpt-4o', owned_by: 'openai' });
+
+    // The Anthropic SDK's default page (anthropic-version sent): 20, with its cursor fields and OpenAI's list marker.
+    const res = await fetch(`${gw.url}/v1/models`, { headers: { 'x-api-key': token, 'anthropic-version': '2023-06-01' } });
+    const page = (await res.json()) as { object: string; data: unknown[]; has_more: boolean; first_id: string; last_id: string };
+    expect(page.object).toBe('list');
+    expect(page.data).toHaveLength(20);
+    expect(page).toMatchObject({ has_more: true, first_id: anthropicIds[0], last_id: anthropicIds[19] });
   });
 });

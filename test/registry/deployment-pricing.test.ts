@@ -154,7 +154,15 @@ describe('deployment-wide prices on the proxy', () => {
 
     const one = await fetch(`${gw.url}/v1/models/${HAIKU}`, { headers: { 'x-api-key': await tokenFor(keyless, 'lister') } });
     expect(one.status).toBe(200);
-    expect(await one.json()).toEqual({ type: 'model', id: HAIKU, display_name: HAIKU, created_at: '1970-01-01T00:00:00Z' });
+    expect(await one.json()).toEqual({
+      type: 'model',
+      object: 'model',
+      id: HAIKU,
+      display_name: HAIKU,
+      created_at: '1970-01-01T00:00:00Z',
+      created: 0,
+      owned_by: 'anthropic',
+    });
     // …and every project can call it.
     expect((await ask(await tokenFor(keyless, 'caller'), HAIKU)).status).toBe(200);
     expect((await ask(await tokenFor(withOpenAi, 'caller'), GPT)).status).toBe(200);
