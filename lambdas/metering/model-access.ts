@@ -22,19 +22,25 @@ export function pricingFor(project: Project, deployment: ModelPrices, model: str
   // Every custom price the project can use, its own winning: an advisor's or a fallback's model named in a request is
   // priced from it too (ModelPricing.other).
   const custom = customPrices(project.pricing, deployment);
+  // The name priced: the first of these found — the merged map holds that very price under it (the project's wins).
   for (const prices of [project.pricing, deployment]) {
-    for (const name of [model, upstream]) {
-      if (own(prices, name)) return priceFor(name, route.provider, { ...custom, [name]: own(prices, name)! });
-    }
+    for (const name of [model, upstream]) if (own(prices, name)) return priceFor(name, route.provider, custom);
   }
   return priceFor(upstream, route.provider, custom);
 }
 
-/** The project's and the deployment's custom prices as one map without a prototype (the project's win). */
+/**
+ * The project's and the deployment's custom prices as one map without a prototype (the project's win), merged once
+ * per pair of cached records rather than per request: both are kept by their caches for the cache time.
+ */
+const merged = new WeakMap<ModelPrices, { deployment: ModelPrices; custom: ModelPrices }>();
 function customPrices(project: ModelPrices, deployment: ModelPrices): ModelPrices {
-  const none = Object.keys(project).length === 0;
-  if (none && Object.keys(deployment).length === 0) return NO_CUSTOM;
-  return Object.assign(Object.create(null) as ModelPrices, deployment, project);
+  const hit = merged.get(project);
+  if (hit?.deployment === deployment) return hit.custom;
+  const none = Object.keys(project).length === 0 && Object.keys(deployment).length === 0;
+  const custom = none ? NO_CUSTOM : Object.assign(Object.create(null) as ModelPrices, deployment, project);
+  merged.set(project, { deployment, custom });
+  return custom;
 }
 
 /** No custom prices, without a prototype: priceFor's own lookup in it then never finds `constructor` and the like. */

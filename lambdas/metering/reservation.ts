@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import { clock } from '../config/clock.ts';
 import { budgetHoldWaitMs, HOLD_POLL_FIRST_MS, HOLD_POLL_MAX_MS } from '../config/timing.ts';
 import type { Caller } from '../auth/claims.ts';
@@ -281,18 +282,7 @@ export async function reserveCall(
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts. */
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-  });
-}
+const sleep = (ms: number, signal?: AbortSignal): Promise<unknown> => delay(ms, undefined, { signal }).catch(() => undefined);
 
 /**
  * A refused reservation, said so that clients retry only when waiting can help: when even the smallest useful form
