@@ -448,6 +448,67 @@ describeBrowser(`the gateway from a web page on another origin (docs/examples/br
     expect(after.ai.reserved).toBe(0);
   });
 
+  it('POST /v1/chat/completions from the page (OpenAI format): JSON with its cost header, a stream read chunk by chunk, a 401 envelope; charged exactly', async () => {
+    const token = await gw.token({ user: 'page-chat', budget: BUDGET });
+    const before = await serverUsage(token);
+    const marker = 'Chat from the page';
+    const got = await inPage(
+      async ({ token, model, marker }) => {
+        const w = window as unknown as PageWindow;
+        const url = `${w.gatewayConfig.channelingUrl}/v1/chat/completions`;
+        const post = (body: unknown, key = token) =>
+          fetch(url, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        const json = await post({ model, messages: [{ role: 'user', content: `${marker} JSON [[words:3]]` }] });
+        const answer = (await json.json()) as { object: string; choices: { message: { content: string }; finish_reason: string }[] };
+        const streamed = await post({ model, stream: true, messages: [{ role: 'user', content: `${marker} SSE [[words:4]]` }] });
+        const reader = streamed.body!.getReader();
+        const decoder = new TextDecoder();
+        let sse = '';
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          sse += decoder.decode(value, { stream: true });
+        }
+        const chunks = sse
+          .split('\n\n')
+          .filter((e) => e.startsWith('data: {'))
+          .map((e) => JSON.parse(e.slice(6)) as { choices: { delta: { content?: string } }[] });
+        const refused = await post({ model, messages: [{ role: 'user', content: 'hi' }] }, 'not-a-token');
+        return {
+          status: json.status,
+          cost: json.headers.get('x-gateway-cost-microdollars'),
+          requestId: json.headers.get('request-id'),
+          object: answer.object,
+          content: answer.choices[0]!.message.content,
+          finish: answer.choices[0]!.finish_reason,
+          streamStatus: streamed.status,
+          streamedText: chunks.map((c) => c.choices[0]?.delta.content ?? '').join(''),
+          done: sse.trimEnd().endsWith('data: [DONE]'),
+          refusedStatus: refused.status,
+          refusedBody: await refused.json(),
+        };
+      },
+      { token, model: MODEL, marker },
+    );
+    expect(got, logs()).toMatchObject({
+      status: 200,
+      object: 'chat.completion',
+      content: 'word1 word2 word3',
+      finish: 'stop',
+      streamStatus: 200,
+      streamedText: 'word1 word2 word3 word4',
+      done: true,
+      refusedStatus: 401,
+      refusedBody: { error: { type: 'invalid_request_error', code: 'invalid_api_key' } },
+    });
+    expect(got.requestId).toMatch(REQUEST_ID);
+    const [jsonCall, sseCall] = callsSaying(marker);
+    expect(got.cost).toBe(String(simulatedCharge(jsonCall!)));
+    const after = await serverUsage(token);
+    expect(after.ai.used - before.ai.used).toBe(simulatedCharge(jsonCall!) + simulatedCharge(sseCall!));
+    expect(after.ai.reserved).toBe(0);
+  });
+
   it('Anthropic SDK errors are readable: a 429 with request-id, retry-after and x-should-retry; a 401', async () => {
     const token = await gw.token({ user: 'sdk-broke', budget: { ...BUDGET, ai: 0 } });
     const funded = await gw.token({ user: 'sdk-upstream-errors', budget: BUDGET });

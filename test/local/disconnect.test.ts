@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { estimateInputTokens, makeWords, wordChunks } from '../../bin/local/upstreams/script.ts';
+import { anthropicRequest } from '../../lambdas/openai-ingress/request.ts';
 import { startGatewayProcess, type GatewayProcess } from '../support/gateway-process.ts';
 import { RawConn } from '../support/raw-conn.ts';
 
@@ -90,10 +91,10 @@ async function afterDisconnect(g: GatewayProcess, usedBefore: number, settleWith
 }
 
 /** A request written by hand: the test decides when each byte goes out and when the socket dies. */
-function requestHead(g: GatewayProcess, body: string, contentLength = Buffer.byteLength(body)): string {
+function requestHead(g: GatewayProcess, body: string, contentLength = Buffer.byteLength(body), path = '/v1/messages'): string {
   const host = new URL(g.url).host;
   return (
-    `POST /v1/messages HTTP/1.1\r\nHost: ${host}\r\nx-api-key: ${g.token}\r\nanthropic-version: 2023-06-01\r\n` +
+    `POST ${path} HTTP/1.1\r\nHost: ${host}\r\nx-api-key: ${g.token}\r\nanthropic-version: 2023-06-01\r\n` +
     `content-type: application/json\r\ncontent-length: ${contentLength}\r\n\r\n`
   );
 }
@@ -234,6 +235,51 @@ describe('a client that disconnects', () => {
     await sleep(400);
     for (const c of conns) c.destroy();
     await afterDisconnect(g, 0);
+  });
+});
+
+describe('a client of POST /v1/chat/completions that disconnects (the OpenAI-compatible route)', () => {
+  const chat = (text: string, extra: Record<string, unknown> = {}) => ({
+    model: 'claude-sonnet-4-6',
+    max_tokens: 400,
+    messages: [{ role: 'user', content: text }],
+    ...extra,
+  });
+  /** The simulated upstream's input count of what the route sends it (the request translated to Anthropic's format). */
+  const inputOf = (body: Record<string, unknown>) => estimateInputTokens(anthropicRequest(body).body) * INPUT_RATE;
+  const send = async (g: GatewayProcess, body: Record<string, unknown>) => {
+    const conn = await RawConn.open(g.url);
+    const text = JSON.stringify(body);
+    await conn.write(requestHead(g, text, Buffer.byteLength(text), '/v1/chat/completions') + text);
+    return conn;
+  };
+
+  it('before the headers, not streaming: the answer the provider completed is charged in full', async () => {
+    const g = await ensureGateway();
+    const before = (await usage(g)).ai.used;
+    const body = chat('[[latency:2000]] [[words:5]]');
+    const conn = await send(g, body);
+    await sleep(500);
+    expect(conn.received).toBe(0);
+    conn.destroy();
+    expect(await afterDisconnect(g, before)).toBe(inputOf(body) + 5 * OUTPUT_RATE);
+  });
+
+  it('mid-stream: charged the input and at least what it received, less than the full answer; nothing left held', async () => {
+    const g = await ensureGateway();
+    const before = (await usage(g)).ai.used;
+    const words = 200;
+    const body = chat(`[[delay:50]] [[words:${words}]]`, { stream: true });
+    const conn = await send(g, body);
+    const chunks = () => conn.body.split('"delta":{"content":').length - 1;
+    await conn.waitFor('3 content chunks', () => chunks() >= 3);
+    expect(conn.status).toBe(200);
+    const seen = chunks();
+    conn.destroy();
+    const input = inputOf(body);
+    const charge = await afterDisconnect(g, before);
+    expect(charge, `charge ${charge} µ$`).toBeGreaterThanOrEqual(input + seen * OUTPUT_RATE);
+    expect(charge, `charge ${charge} µ$: the gateway read the stream to its end after the client left`).toBeLessThan(input + words * OUTPUT_RATE);
   });
 });
 
