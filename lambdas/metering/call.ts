@@ -77,16 +77,30 @@ export type ModelCall =
   | { ok: true; kind: 'message'; message: Anthropic.Message; clampedMaxTokens?: number; charge: CallCharge; settle: () => Promise<unknown> }
   | { ok: true; kind: 'stream'; stream: MeteredStream; clampedMaxTokens?: number };
 
-export interface MeteredStream {
-  /** Anthropic SSE bytes as the provider produces them; read it to its end, or cancel it to stop the call. */
+export interface MeteredStream<M extends StreamMeter = MessageAccumulator> {
+  /** The provider's SSE bytes as it produces them; read it to its end, or cancel it to stop the call. */
   body: ReadableStream<Uint8Array>;
-  /** Decodes `body` as it is read: usage, the accumulated message, and an event feed (`onEvent`). */
-  accumulator: MessageAccumulator;
+  /**
+   * Decodes `body` as it is read: for Anthropic's format (MessageAccumulator) usage, the accumulated message, and an
+   * event feed (`onEvent`); for Chat Completions passed through, its meter (metering/chat-chunks.ts).
+   */
+  accumulator: M;
   /** Resolves once the stream has ended or been cancelled and its charge is settled. */
   settled: Promise<CallCharge>;
 }
 
-interface ResolvedModel {
+/**
+ * What the metered stream needs of the reader that decodes a provider's stream as it passes, whatever its format:
+ * MessageAccumulator (Anthropic SSE) or ChatChunkMeter (Chat Completions chunks, metering/chat-chunks.ts).
+ */
+export interface StreamMeter {
+  push(chunk: Uint8Array): void;
+  end(): void;
+  /** Whether the provider has reported the input side (a disconnect before it reads on, briefly, to that report). */
+  readonly inputReported: boolean;
+}
+
+export interface ResolvedModel {
   route: Route;
   provider: Provider;
   project: Project;
@@ -97,7 +111,7 @@ interface ResolvedModel {
  * The provider for a model name and the credential it is called with. A project key that seems missing, or a price
  * that seems unknown, is read once more (rate-limited per project) before refusing: the owner may have just set it.
  */
-async function resolveModel(caller: Caller, model: string): Promise<Refusable<{ resolved: ResolvedModel }>> {
+export async function resolveModel(caller: Caller, model: string): Promise<Refusable<{ resolved: ResolvedModel }>> {
   const route = routeModel(model);
   const provider = PROVIDERS[route.provider];
   let project = await cachedProject(caller.projectId);
@@ -128,7 +142,7 @@ async function resolveModel(caller: Caller, model: string): Promise<Refusable<{ 
  * (metering/model-access.ts), both records as cached. One that seems missing is looked up once more in both records
  * read again (each rate-limited) before refusing: the owner or the operator may have just set it.
  */
-async function requirePricing(resolved: ResolvedModel, model: string): Promise<Refusable<{ pricing: ModelPricing }>> {
+export async function requirePricing(resolved: ResolvedModel, model: string): Promise<Refusable<{ pricing: ModelPricing }>> {
   const priced = async (refresh: boolean) => {
     const [project, deployment] = await Promise.all([
       refresh ? cachedProject(resolved.project.projectId, { refresh }) : resolved.project,
@@ -249,20 +263,29 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   return {
     ok: true,
     kind: 'stream',
-    stream: meteredStream(result, { caller, charged, reservation, upstream, signal: input.signal, context }),
+    stream: meteredStream(result.body, {
+      meter: new MessageAccumulator(),
+      failure: (message) => encodeSse('error', anthropicError('api_error', message)),
+      caller,
+      charged,
+      reservation,
+      upstream,
+      signal: input.signal,
+      context,
+    }),
     clampedMaxTokens,
   };
 }
 
 /** The settlement write, timed as the request's `settle` phase. */
-async function timedSettle(log: AccessRecord, reservation: Reservation, micros: number, context: Record<string, unknown>) {
+export async function timedSettle(log: AccessRecord, reservation: Reservation, micros: number, context: Record<string, unknown>) {
   const started = performance.now();
   const outcome = await settleCharge(reservation, micros, context);
   timePhase(log, 'settle', started);
   return outcome;
 }
 
-function chargeOf(caller: Caller, micros: number, tokens: TokenUsage | undefined, outcome: Awaited<ReturnType<typeof settleCharge>>): CallCharge {
+export function chargeOf(caller: Caller, micros: number, tokens: TokenUsage | undefined, outcome: Awaited<ReturnType<typeof settleCharge>>): CallCharge {
   const out: CallCharge = { microdollars: micros };
   if (tokens) out.tokens = tokens;
   if (outcome?.used) out.remaining = remainingOf(caller, outcome.used.ai + (outcome.reserved?.ai ?? 0));
@@ -270,12 +293,12 @@ function chargeOf(caller: Caller, micros: number, tokens: TokenUsage | undefined
 }
 
 /** What is left of the caller's AI budget when the window's used + reserved is `committedAi`. */
-function remainingOf(caller: Caller, committedAi: number): number {
+export function remainingOf(caller: Caller, committedAi: number): number {
   return Math.max(0, caller.budget.ai - committedAi);
 }
 
 /** An answer whose usage could not be trusted is charged from the gateway's own count: say so, once per answer. */
-function untrustedUsage(context: Record<string, unknown>, kind: 'message' | 'stream'): void {
+export function untrustedUsage(context: Record<string, unknown>, kind: 'message' | 'stream'): void {
   emit('UsageEstimated', 1);
   logger.warn('upstream usage missing or implausible; charged from the gateway count', { ...context, kind });
 }
@@ -284,16 +307,20 @@ function untrustedUsage(context: Record<string, unknown>, kind: 'message' | 'str
 const MAX_PLAUSIBLE_COST_MICROS = 10_000_000_000;
 
 /** A cost the upstream reported itself (OpenRouter), used only when it is a plausible whole number of microdollars. */
-function reportedCost(micros: number | undefined, context: Record<string, unknown>): number | undefined {
+export function reportedCost(micros: number | undefined, context: Record<string, unknown>): number | undefined {
   if (micros === undefined) return undefined;
   if (Number.isSafeInteger(micros) && micros >= 0 && micros <= MAX_PLAUSIBLE_COST_MICROS) return micros;
   untrustedUsage(context, 'message');
   return undefined;
 }
 
-interface StreamMetering {
+export interface StreamMetering<M extends StreamMeter> {
+  /** Decodes the stream as it passes. */
+  meter: M;
+  /** The bytes that end the stream when the upstream fails in the middle of it, in the stream's own format. */
+  failure: (message: string) => Uint8Array;
   caller: Caller;
-  charged: (accumulator: MessageAccumulator) => { micros: number; tokens?: TokenUsage };
+  charged: (meter: M) => { micros: number; tokens?: TokenUsage };
   reservation: Reservation;
   /** Stops the upstream call. */
   upstream: AbortController;
@@ -308,14 +335,14 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 /**
  * Passes the provider's SSE bytes through as they arrive while the accumulator reads them. The stream closes first
  * and the charge is settled after (the client does not wait for the ledger write; the settlement is work the
- * invocation finishes before it returns, so a Lambda never freezes with it pending); a broken upstream becomes an `event: error`;
+ * invocation finishes before it returns, so a Lambda never freezes with it pending); a broken upstream ends it with the format's error (`failure`);
  * a reader that goes away (or a caller's abort) stops the upstream and is charged for what was produced — after
  * reading on, briefly, to the provider's `message_start` if it left before that, so the input is charged as the
  * provider counted it rather than at the gateway's bound.
  */
-function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: StreamMetering): MeteredStream {
-  const reader = result.body.getReader();
-  const accumulator = new MessageAccumulator();
+export function meteredStream<M extends StreamMeter>(source: ReadableStream<Uint8Array>, m: StreamMetering<M>): MeteredStream<M> {
+  const reader = source.getReader();
+  const accumulator = m.meter;
   const log = accessRecord();
   const opened = performance.now();
   let settled: Promise<CallCharge> | undefined;
@@ -378,12 +405,7 @@ function meteredStream(result: Extract<ProviderResult, { kind: 'stream' }>, m: S
           }
           logger.warn('upstream stream failed', { ...m.context, error: (err as Error)?.message });
           emit('Errors', 1);
-          controller.enqueue(
-            encodeSse(
-              'error',
-              anthropicError('api_error', isTimeout(err) ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream'),
-            ),
-          );
+          controller.enqueue(m.failure(isTimeout(err) ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream'));
           void finish(nextTurn);
           controller.close();
         }

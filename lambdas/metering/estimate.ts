@@ -130,6 +130,8 @@ export interface EstimatedBody {
   tool_choice?: unknown;
   output_config?: unknown;
   output_format?: unknown;
+  /** OpenAI's structured output (a Chat Completions body passed through, metering/chat-call.ts). */
+  response_format?: unknown;
   /** Anthropic's automatic prompt caching: one breakpoint for the whole request. */
   cache_control?: unknown;
 }
@@ -274,7 +276,8 @@ export function estimateInput(body: EstimatedBody): InputEstimate {
     for (const tool of tools) {
       tokens += TOOL_OVERHEAD_TOKENS;
       const type = isRecord(tool) ? tool.type : undefined;
-      if (type !== undefined && type !== null && type !== 'custom') tokens += ANTHROPIC_DEFINED_TOOL_TOKENS;
+      // An OpenAI function tool is the client's own schema, like Anthropic's `custom` one.
+      if (type !== undefined && type !== null && type !== 'custom' && type !== 'function') tokens += ANTHROPIC_DEFINED_TOOL_TOKENS;
       structured(tool, 1);
     }
   } else if (tools !== undefined && tools !== null) {
@@ -283,7 +286,7 @@ export function estimateInput(body: EstimatedBody): InputEstimate {
   }
   push(body.tool_choice, STRUCTURED);
 
-  const formats = [isRecord(body.output_config) ? body.output_config.format : undefined, body.output_format];
+  const formats = [isRecord(body.output_config) ? body.output_config.format : undefined, body.output_format, body.response_format];
   for (const format of formats) {
     if (format === undefined || format === null) continue;
     tokens += SYSTEM_PREAMBLE_TOKENS;
@@ -324,8 +327,16 @@ export function estimateInput(body: EstimatedBody): InputEstimate {
     // A content block.
     tokens += BLOCK_OVERHEAD_TOKENS;
     const type = record.type;
-    if (type === 'image') {
+    // OpenAI's content parts (a Chat Completions body passed through) are bounded like Anthropic's blocks: an
+    // `image_url` part is an image, a `file` part a document (inline data per byte, a file id unseen).
+    if (type === 'image' || type === 'image_url') {
       tokens += imageTokens;
+      continue;
+    }
+    if (type === 'file' && isRecord(record.file)) {
+      const data = record.file.file_data;
+      tokens +=
+        typeof data === 'string' ? factor * PDF_TOKENS_PER_BYTE * Math.ceil((data.length * 3) / 4) + PDF_DOCUMENT_ALLOWANCE_TOKENS : UNSEEN_DOCUMENT_TOKENS;
       continue;
     }
     let inner = factor;

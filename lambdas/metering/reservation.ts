@@ -229,8 +229,44 @@ export async function reserveCall(
   // The body as it will be forwarded (a `max_uses` the gateway adds is input too); only max_tokens may change later.
   const forwarded = bounded.changed ? ({ ...clientBody, tools: bounded.tools } as MessagesRequest) : clientBody;
   const worstCase = worstCaseOf(pricing, forwarded, bounded.uses);
-  const floor = floorOf(clientBody);
-  const capped = capMicros === undefined ? clientBody.max_tokens : largestFitting(worstCase, capMicros, clientBody.max_tokens);
+  const held = await reserveWorstCase(caller, { worstCase, maxTokens: clientBody.max_tokens, floor: floorOf(clientBody) }, now, capMicros, signal);
+  if (!held.ok) return held;
+  const { reservation, committedAi, clampedMaxTokens } = held.reserved;
+  const body = clampedMaxTokens === undefined ? forwarded : { ...forwarded, max_tokens: clampedMaxTokens };
+  return { ok: true, reserved: { reservation, committedAi, body, clampedMaxTokens, worstCase } };
+}
+
+/** A request's worst case with its output limit: what `reserveWorstCase` holds, whatever the wire format. */
+export interface BoundedRequest {
+  worstCase: WorstCase;
+  /** The output limit asked for (Anthropic's `max_tokens`, OpenAI's `max_completion_tokens`). */
+  maxTokens: number;
+  /** The smallest limit worth clamping to (at most `maxTokens`). */
+  floor: number;
+}
+
+/** A held worst case: the limit to forward is `clampedMaxTokens` when set (lowered to fit), else the one asked for. */
+export interface HeldWorstCase {
+  reservation: Reservation;
+  /** The window's AI used + reserved right after the reservation (its own hold included). */
+  committedAi: number;
+  clampedMaxTokens?: number;
+}
+
+/**
+ * The reservation loop of `reserveCall` (see its comment), for a worst case already computed: the one place where
+ * a model call's hold is written, for Anthropic's format and for OpenAI's Chat Completions passed through
+ * (metering/chat-call.ts).
+ */
+export async function reserveWorstCase(
+  caller: Caller,
+  request: BoundedRequest,
+  now = new Date(clock.now()),
+  capMicros?: number,
+  signal?: AbortSignal,
+): Promise<Refusable<{ reserved: HeldWorstCase }>> {
+  const { worstCase, floor } = request;
+  const capped = capMicros === undefined ? request.maxTokens : largestFitting(worstCase, capMicros, request.maxTokens);
   if (capped < floor) {
     return {
       ok: false,
@@ -251,12 +287,8 @@ export async function reserveCall(
   for (;;) {
     const result = await reserve({ caller, amounts: { ai: worstCaseMicros(worstCase, maxTokens), compute: 0 }, enforce: ['ai'], now });
     if (result.ok) {
-      const clamped = maxTokens < clientBody.max_tokens;
-      const body = clamped ? { ...forwarded, max_tokens: maxTokens } : forwarded;
-      return {
-        ok: true,
-        reserved: { reservation: result.reservation, committedAi: result.committed.ai, body, clampedMaxTokens: clamped ? maxTokens : undefined, worstCase },
-      };
+      const clamped = maxTokens < request.maxTokens;
+      return { ok: true, reserved: { reservation: result.reservation, committedAi: result.committed.ai, clampedMaxTokens: clamped ? maxTokens : undefined } };
     }
     usage = result.usage;
     const budget = caller.budget.ai;

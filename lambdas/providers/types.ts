@@ -84,6 +84,32 @@ export type ProviderResult =
       reportedCostMicros?: () => number | undefined;
     };
 
+/**
+ * A Chat Completions request passed through to a provider that speaks it (`POST /v1/chat/completions` with an
+ * OpenAI or OpenRouter model): the client's body, unknown fields kept; the provider sets only the model, the output
+ * limit the reservation holds, and what metering needs (the usage chunk of a stream, OpenRouter's cost).
+ */
+export interface ChatPassthroughRequest {
+  /** The client's Chat Completions body, parsed. */
+  body: Record<string, unknown>;
+  /** Model name to ask the upstream for (`or:` already stripped). */
+  upstreamModel: string;
+  /** The output limit the reservation holds: each limit field the client set is lowered to it, or one is added. */
+  maxTokens: number;
+  baseUrl: string;
+  apiKey: string;
+  signal: AbortSignal;
+  timeoutMs: number;
+}
+
+export type ChatPassthroughResult =
+  /** Refused or failed before any answer; `openai` keeps the upstream's own `param` and `code` for its client. */
+  | (Extract<ProviderResult, { kind: 'error' }> & { openai?: { param: string | null; code: string | null } })
+  /** A `chat.completion`: the upstream's bytes (`text`) and their parse. */
+  | { kind: 'completion'; text: string; completion: Record<string, unknown>; reportedCostMicros?: number }
+  /** Chat Completions SSE bytes, as the upstream sends them (its usage chunk included). */
+  | { kind: 'stream'; body: ReadableStream<Uint8Array>; reportedCostMicros?: (usage: unknown) => number | undefined };
+
 export type CountResult = { kind: 'count'; input_tokens: number; estimated: boolean } | Extract<ProviderResult, { kind: 'error' }>;
 
 export interface Provider {
@@ -99,4 +125,6 @@ export interface Provider {
   usesProjectKey: boolean;
   send(req: ProviderRequest): Promise<ProviderResult>;
   countTokens(req: ProviderRequest): Promise<CountResult>;
+  /** Chat Completions passed through unchanged (providers that speak OpenAI's format: chat-completions/passthrough.ts). */
+  chatCompletions?(req: ChatPassthroughRequest): Promise<ChatPassthroughResult>;
 }

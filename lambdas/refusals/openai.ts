@@ -16,10 +16,15 @@ export function openaiError(message: string, type: string, opts: { param?: strin
   return { error: { message, type, param: opts.param ?? null, code: opts.code ?? null } };
 }
 
-export function openaiRefusal(refusal: Refusal, headers: Record<string, string> = {}): Response {
+/**
+ * `upstream`: an OpenAI-format upstream's own `param` and `code` (a Chat Completions request passed through), kept
+ * for its client's mistakes (4xx) — `context_length_exceeded` is what an openai client branches on.
+ */
+export function openaiRefusal(refusal: Refusal, headers: Record<string, string> = {}, upstream?: { param: string | null; code: string | null }): Response {
   if (refusal.kind === 'upstream') {
     const { status, type, code } = upstreamStatus(refusal.status);
-    return openaiEnvelope(status, openaiError(messageOf(refusal), type, { code }), headers);
+    const own = upstream && status < 500 && status !== 429 ? upstream : undefined;
+    return openaiEnvelope(status, openaiError(messageOf(refusal), type, { param: own?.param, code: own?.code ?? code }), headers);
   }
   const { type, code } = VOCABULARY[refusal.kind];
   const param =

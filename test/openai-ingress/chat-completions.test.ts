@@ -350,16 +350,6 @@ describe('refusals in OpenAI’s envelope', () => {
     expect((await u.usage()).used.ai).toBe(0);
   });
 
-  it('a model other than claude-*: 400 naming it, for now', async () => {
-    const u = await user();
-    const err = await client(u.token)
-      .openai.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] })
-      .catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((err as InstanceType<typeof OpenAI.APIError>).param).toBe('model');
-    expect((err as Error).message).toMatch(/"gpt-4o" is not served on \/v1\/chat\/completions yet; only claude-\* models/);
-  });
-
   it('an upstream overload (529) is 503 api_error; an upstream 500 is 502', async () => {
     const u = await user();
     const post = (content: string) =>

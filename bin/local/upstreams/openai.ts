@@ -132,13 +132,15 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
       function: { name: c.name, arguments: c.arguments },
     }));
     const finishReason = finishReasonOf(plan);
+    // `n` choices: each the same scripted answer (the prompt is billed once, the completion once per choice).
+    const choices = isNonNegInt(body.n) && body.n > 1 ? body.n : 1;
     const promptTokens = Math.max(estimateInputTokens(body), d.cacheRead);
     const usage: OpenAIUsage = {
       prompt_tokens: promptTokens,
-      completion_tokens: plan.outputTokens,
-      total_tokens: promptTokens + plan.outputTokens,
+      completion_tokens: plan.outputTokens * choices,
+      total_tokens: promptTokens + plan.outputTokens * choices,
       prompt_tokens_details: { cached_tokens: d.cacheRead },
-      completion_tokens_details: { reasoning_tokens: plan.reasoningTokens },
+      completion_tokens_details: { reasoning_tokens: plan.reasoningTokens * choices },
     };
     if (d.cost !== undefined) usage.cost = d.cost;
 
@@ -161,7 +163,7 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
           object: 'chat.completion',
           created,
           model,
-          choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }],
+          choices: Array.from({ length: choices }, (_, index) => ({ index, message, logprobs: null, finish_reason: finishReason })),
           usage,
         },
         baseHeaders,
@@ -171,30 +173,33 @@ export async function startOpenAIUpstream(opts?: StartUpstreamOptions): Promise<
     const streamOptions = isRecord(body.stream_options) ? body.stream_options : {};
     const includeUsage = streamOptions.include_usage === true;
     const events: string[] = [];
+    let choiceIndex = 0;
     const chunk = (delta: Record<string, unknown>, finish: string | null = null): void => {
       const c: Record<string, unknown> = {
         id,
         object: 'chat.completion.chunk',
         created,
         model,
-        choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+        choices: [{ index: choiceIndex, delta, logprobs: null, finish_reason: finish }],
       };
       if (includeUsage) c.usage = null;
       events.push(`data: ${JSON.stringify(c)}\n\n`);
     };
-    chunk({ role: 'assistant', content: '' });
-    if (plan.reasoning !== null) {
-      for (const w of wordChunks(plan.reasoning)) chunk({ reasoning_content: w, reasoning: w });
-    }
-    for (const w of wordChunks(plan.text)) chunk({ content: w });
-    toolCalls.forEach((call, index) => {
-      const [first = '', ...rest] = jsonFragments(call.function.arguments);
-      chunk({
-        tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.function.name, arguments: first } }],
+    for (; choiceIndex < choices; choiceIndex++) {
+      chunk({ role: 'assistant', content: '' });
+      if (plan.reasoning !== null) {
+        for (const w of wordChunks(plan.reasoning)) chunk({ reasoning_content: w, reasoning: w });
+      }
+      for (const w of wordChunks(plan.text)) chunk({ content: w });
+      toolCalls.forEach((call, index) => {
+        const [first = '', ...rest] = jsonFragments(call.function.arguments);
+        chunk({
+          tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.function.name, arguments: first } }],
+        });
+        for (const part of rest) chunk({ tool_calls: [{ index, function: { arguments: part } }] });
       });
-      for (const part of rest) chunk({ tool_calls: [{ index, function: { arguments: part } }] });
-    });
-    chunk({}, finishReason);
+      chunk({}, finishReason);
+    }
     if (includeUsage) {
       events.push(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [], usage })}\n\n`);
     }

@@ -17,6 +17,11 @@ export interface Dialect {
   reasoningField: 'reasoning_content' | 'reasoning';
   /** Sets the output limit and the reasoning controls (and drops sampling settings a model refuses). */
   limits(params: ChatRequest, body: MessagesRequest, upstreamModel: string): void;
+  /**
+   * The field a passed-through Chat Completions request gets when it sets no output limit of its own
+   * (chat-completions/passthrough.ts): the reservation needs one.
+   */
+  limitField: 'max_completion_tokens' | 'max_tokens';
   /** Extra fields on every request body. */
   extraParams?: Partial<ChatRequest>;
   /** The cost the upstream reported in its usage, in microdollars (OpenRouter). */

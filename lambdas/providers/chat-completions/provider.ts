@@ -3,6 +3,7 @@ import { projectKeyCredential } from '../project-key.ts';
 import type { CountResult, Provider, ProviderRequest, ProviderResult } from '../types.ts';
 import type { ChatProviderId, Dialect } from './dialect.ts';
 import { bodyFailure, requestFailure, TranslationError, translationFailure } from './errors.ts';
+import { passThrough } from './passthrough.ts';
 import { estimateTokens, translateRequest, type TranslatedRequest } from './request.ts';
 import { translateResponse, type AnswerContext } from './response.ts';
 import { anthropicSseStream, StreamTranslator } from './stream.ts';
@@ -87,5 +88,6 @@ export function chatCompletionsProvider(dialect: Dialect): Provider {
     countTokens(req): Promise<CountResult> {
       return translated(req, false, (t): CountResult => ({ kind: 'count', input_tokens: estimateTokens(t.params), estimated: true }));
     },
+    chatCompletions: (req) => passThrough(dialect, req),
   };
 }

@@ -14,6 +14,7 @@ export function isOpenAIReasoningModel(model: string): boolean {
 export const OPENAI_DIALECT: Dialect = {
   id: 'openai',
   baseUrl: () => env().OPENAI_BASE_URL,
+  limitField: 'max_completion_tokens',
   reasoningField: 'reasoning_content',
   limits(params, body, upstreamModel) {
     if (isOpenAIReasoningModel(upstreamModel)) {

@@ -13,6 +13,7 @@ import { requestedEffort, thinkingBudget } from '../chat-completions/request.ts'
 export const OPENROUTER_DIALECT: Dialect = {
   id: 'openrouter',
   baseUrl: () => env().OPENROUTER_BASE_URL,
+  limitField: 'max_tokens',
   reasoningField: 'reasoning',
   limits(params, body) {
     if (typeof body.max_tokens === 'number') params.max_tokens = body.max_tokens;
