@@ -164,7 +164,7 @@ function openaiError(id: string, description: string, extra: Record<string, unkn
 const OPENAI_ERRORS = {
   400: openaiError(
     'OpenAIBadRequest',
-    '`invalid_request_error`, `param` naming the field: the body, a field Claude cannot carry (`logprobs`, `n` > 1…), a model not served on this route yet, or the provider’s 400.',
+    '`invalid_request_error`, `param` naming the field: the body, a field Claude cannot carry (`logprobs`, `n` > 1…), a field the gateway cannot meter (audio, priority processing), `n` > 1 for a model not OpenAI’s, or the provider’s 400 (OpenAI’s own `param` and `code` kept).',
   ),
   401: openaiError('OpenAIUnauthorized', '`invalid_api_key`: the token is missing, invalid, expired or revoked (the message says which).'),
   403: openaiError('OpenAIForbidden', '`origin_not_allowed`: a page whose `Origin` the project, the token or the deployment does not allow.'),
@@ -269,9 +269,9 @@ const channeling: Record<string, ZodOpenApiPathItemObject> = {
     post: {
       operationId: 'createChatCompletion',
       tags: ['channeling'],
-      summary: 'OpenAI Chat Completions API, metered (claude-* models)',
+      summary: 'OpenAI Chat Completions API, metered (every model)',
       description:
-        'OpenAI’s `POST /v1/chat/completions` for Claude models: translated to Anthropic’s Messages API and back (docs/openai.md), with the token, budgets, hard cap and prices of `/v1/messages`. ' +
+        'OpenAI’s `POST /v1/chat/completions` (docs/openai.md), with the token, budgets, hard cap and prices of `/v1/messages`: Claude models translated to Anthropic’s Messages API and back; OpenAI and OpenRouter models passed through with every field the client sent (the answer is the upstream’s). ' +
         'A `max_completion_tokens` / `max_tokens` that would not fit is lowered (`x-gateway-max-tokens`), or the request is refused with 429.',
       security: PROXY_SECURITY,
       requestBody: { required: true, content: { 'application/json': { schema: ChatCompletionsRequest } } },

@@ -126,11 +126,12 @@ export const OpenAIError = z
 /** What the gateway itself checks of a Chat Completions request; the rest is translated (docs/openai.md). */
 export const ChatCompletionsRequest = z
   .looseObject({
-    model: z.string().min(1).meta({ description: 'A `claude-*` model (other models come with a later release).' }),
+    model: z.string().min(1).meta({ description: 'Any routed model: `claude-*` (translated), `gpt-*` / o-series (OpenAI) and `or:*` (OpenRouter) passed through.' }),
     messages: z.array(z.looseObject({ role: z.string() })),
     stream: z.boolean().optional(),
     max_completion_tokens: z.int().min(1).optional(),
     max_tokens: z.int().min(1).optional(),
+    n: z.int().min(1).max(128).optional().meta({ description: 'Above 1 for OpenAI models only; the output limit is reserved once per choice.' }),
   })
   .meta({ id: 'ChatCompletionsRequest', description: "OpenAI's Chat Completions request; what maps to what, and what is refused, is in docs/openai.md." });
 

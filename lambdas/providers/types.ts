@@ -10,7 +10,8 @@ import type { ProviderId } from '../routing/provider-ids.ts';
  *   providers/index.ts             PROVIDERS: one line per provider
  *   providers/anthropic/           pass-through (index.ts, api.ts, errors.ts, credentials.ts: the service key)
  *   providers/chat-completions/    the shared translation to OpenAI's Chat Completions API (request.ts,
- *                                  response.ts, stream.ts, errors.ts, provider.ts) and the Dialect type (dialect.ts)
+ *                                  response.ts, stream.ts, errors.ts, provider.ts), the Dialect type (dialect.ts),
+ *                                  and the pass-through of a client's own Chat Completions body (passthrough.ts)
  *   providers/openai/              a Chat Completions dialect: dialect.ts (what differs) + index.ts (the Provider)
  *   providers/openrouter/          the same two files
  *
