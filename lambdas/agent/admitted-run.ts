@@ -1,6 +1,7 @@
 import { clock } from '../config/clock.ts';
 import type { Caller } from '../auth/claims.ts';
 import { budgetFigures, readUsage, settle, type Reservation } from '../budgets/ledger.ts';
+import { accessRecord, addCompute } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import type { RunAdmission } from '../plans/admission.ts';
 import { giveBackLease, keepLeaseAlive } from '../plans/leases.ts';
@@ -16,6 +17,8 @@ import { runAgent, runAgentSegment, type RunInput, type RunOutcome } from './run
  * - the run's wall-clock seconds, rounded up, settle its compute reservation (never above what it held) and are
  *   added to the developer's month;
  * - the model calls are reserved and settled by the metered call itself (metering/call.ts).
+ * Each model call's charge and the compute seconds charged are added to the access record of the unit of work the run
+ * belongs to (observability/access-log.ts): the /prompt request's, the vessel run's, the /ws turn's.
  */
 
 export type Admitted = Extract<RunAdmission, { ok: true }>;
@@ -75,7 +78,8 @@ async function admitted<T extends RunOutcome>(input: AdmittedRunInput, run: (inp
   } finally {
     heartbeat.stop();
     // Giving the lease back wakes whoever waits for the developer's slot (plans/leases.ts `onCapacityFreed`).
-    await Promise.allSettled([giveBackLease(heartbeat.current()), chargeCompute(compute, started, refusedForBudget)]);
+    const [, charged] = await Promise.allSettled([giveBackLease(heartbeat.current()), chargeCompute(compute, started, refusedForBudget)]);
+    if (charged.status === 'fulfilled' && charged.value > 0) addCompute(accessRecord(), charged.value);
   }
   if (outcome.kind === 'ended' && outcome.refusedForBudget && 'budget' in outcome.refusedForBudget) {
     // The refusal's figures were read with the run's own compute hold in them: told as the user's meters are now.
@@ -87,14 +91,17 @@ async function admitted<T extends RunOutcome>(input: AdmittedRunInput, run: (inp
 
 /**
  * The run's wall-clock seconds, rounded up (none for a run refused before its first model call), on the user's compute meter (settling the run's reservation, never above
- * what it held) and, through the reservation, on the developer's month (budgets/ledger.ts `settle`).
+ * what it held) and, through the reservation, on the developer's month (budgets/ledger.ts `settle`). Answers the
+ * seconds charged (0 when the settlement failed: the sweep charges the hold later).
  */
-async function chargeCompute(compute: { reservation: Reservation; seconds: number }, started: number, refused: boolean): Promise<void> {
+async function chargeCompute(compute: { reservation: Reservation; seconds: number }, started: number, refused: boolean): Promise<number> {
   const seconds = refused ? 0 : Math.min(Math.max(1, Math.ceil((clock.now() - started) / 1000)), compute.seconds);
   try {
     await settle(compute.reservation, { ai: 0, compute: seconds });
+    return seconds;
   } catch (err) {
     // The hold stays and the sweep charges it at its full amount, to the user and the developer: never less than used.
     logger.error('charging compute failed', { error: err as Error, seconds });
+    return 0;
   }
 }

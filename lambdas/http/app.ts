@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { clock } from '../config/clock.ts';
 import { responseDelivered } from '../instance/unfinished.ts';
-import { withAccessRecord, writeAccessLog, type AccessRecord } from '../observability/access-log.ts';
+import { withAccessRecord, writeAccessLog, type RequestAccess } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { deploymentRefusal } from '../auth/origins.ts';
@@ -40,7 +40,7 @@ export function httpApp(spec: AppSpec): HttpApp {
     routes: spec.router.declared(),
     async fetch(input) {
       const started = clock.now();
-      const record: AccessRecord = { requestId: `req_gw_${randomBytes(12).toString('hex')}`, method: '-', path: '-' };
+      const record: RequestAccess = { unit: 'request', requestId: `req_gw_${randomBytes(12).toString('hex')}`, method: '-', path: '-' };
       return withAccessRecord(record, async () => {
         emit('Requests', 1);
         let res: Response;
@@ -93,7 +93,7 @@ export function httpApp(spec: AppSpec): HttpApp {
  * proxy's JSON settlement), and the access line is written when they — and anything else holding the response, such
  * as a stream's settlement — have ended, so the line carries the final charge.
  */
-function logWhenDelivered(body: ReadableStream<Uint8Array> | null, record: AccessRecord, started: number): ReadableStream<Uint8Array> | null {
+function logWhenDelivered(body: ReadableStream<Uint8Array> | null, record: RequestAccess, started: number): ReadableStream<Uint8Array> | null {
   // Once: a client that leaves while a read is pending ends the body twice — `cancel`, and the pending read resolving
   // as done — and each used to write the line (one of them before the stream's settlement had landed).
   let delivered = false;

@@ -6,7 +6,7 @@ import type { Reservation } from '../budgets/ledger.ts';
 import { env } from '../config/env.ts';
 import { INPUT_REPORT_WAIT_MS } from '../config/timing.ts';
 import { deferUntilReturn, finishBeforeReturn, holdResponse } from '../instance/unfinished.ts';
-import { accessRecord, timePhase, type AccessRecord } from '../observability/access-log.ts';
+import { accessRecord, addCost, timePhase, type AccessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
@@ -226,7 +226,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     const tokens: TokenUsage | undefined = input.signal?.aborted ? { input_tokens: reserved.worstCase.inputTokens, output_tokens: 0 } : undefined;
     const micros = tokens ? charge(pricing, tokens).microdollars : 0;
     const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context));
-    log.costMicrodollars = micros;
+    addCost(log, micros);
     return {
       ok: false,
       refusal: { kind: 'upstream', status: result.status, body: result.body },
@@ -245,7 +245,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     };
     const reported = reportedCost(result.reportedCostMicros, context);
     const micros = reported ?? charge(pricing, tokens).microdollars;
-    log.costMicrodollars = micros;
+    addCost(log, micros);
     // Settled after delivery: the charge is known now, and what will remain follows from the reservation's counters.
     const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context));
     const remaining = remainingOf(caller, reserved.committedAi - reservation.held.ai + micros);
@@ -357,7 +357,7 @@ export function meteredStream<M extends StreamMeter>(source: ReadableStream<Uint
         await before?.().catch(() => undefined);
         accumulator.end();
         const { micros, tokens } = m.charged(accumulator);
-        log.costMicrodollars = micros;
+        addCost(log, micros);
         const charge = chargeOf(m.caller, micros, tokens, await timedSettle(log, m.reservation, micros, m.context));
         resolveSettled(charge);
         return charge;

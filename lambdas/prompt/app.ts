@@ -9,7 +9,8 @@ import { authenticate } from '../auth/authenticate.ts';
 import { httpApp, type HttpApp } from '../http/app.ts';
 import { parseJsonBody, readBodyText, requireJsonContentType } from '../http/body.ts';
 import { Router } from '../http/router.ts';
-import { finishBeforeReturn } from '../instance/unfinished.ts';
+import { finishBeforeReturn, holdResponse } from '../instance/unfinished.ts';
+import { accessRecord } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { admitRun } from '../plans/admission.ts';
 import { CONJURE_ENVELOPE } from '../refusals/conjure.ts';
@@ -61,6 +62,8 @@ async function handlePrompt(req: Request): Promise<Response> {
   const firstCallDone = new Promise<Refusal | undefined>((resolve) => {
     firstCall = resolve;
   });
+  const log = accessRecord();
+  log.model = options.model;
   // The run, and after it what it leaves behind — the lease, the compute — tracked so the invocation waits for both.
   const run = finishBeforeReturn(
     runAdmitted({
@@ -79,6 +82,9 @@ async function handlePrompt(req: Request): Promise<Response> {
       onFirstCall: (refused) => firstCall(refused),
     }),
   );
+  // The request's access line waits for the run's end, even when the client leaves mid-run: it carries every model
+  // call of the run and its compute, as charged (each adds to the request's record: observability/access-log.ts).
+  holdResponse(log, run);
   const refused = await Promise.race([firstCallDone, run.then(noRefusal, noRefusal)]);
   if (refused) {
     // Once the run has given back its holds: the refusal's figures as the user's meters are then (admitted-run.ts).

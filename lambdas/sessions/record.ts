@@ -30,6 +30,10 @@ export interface PausedRun {
   serverResults: Anthropic.ToolResultBlockParam[];
   /** How many messages the conversation had before this turn's user message (absent in runs paused before it was kept). */
   turnStart?: number;
+  /** The compute seconds charged to the turn's segments so far, for its access line (absent in runs paused before). */
+  computeSeconds?: number;
+  /** When the turn was queued (its user's message), epoch ms: its access line's total time runs from here. */
+  queuedAt?: number;
 }
 
 /** What a client answered for one of its tools. */

@@ -13,6 +13,7 @@ import { messageOf } from '../refusals/describe.ts';
 import type { Caller } from '../auth/claims.ts';
 import { AUTH_DEADLINE_SECONDS, TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
 import { apiGatewayConnectionSender, webSocketResult, type ConnectionSender, type WebSocketEvent } from '../http/websocket.ts';
+import { accessRecord, withAccessRecord, writeAccessLog, type RequestAccess } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { toolResultProblem } from '../providers/chat-completions/request.ts';
@@ -69,7 +70,7 @@ export async function handleSocketEvent(event: WebSocketEvent, deps: SocketDeps 
   emit('SessionEvents', 1);
   switch (event.kind) {
     case 'connect':
-      return connect(event, deps);
+      return upgrade(event, deps);
     case 'disconnect':
       await disconnect(event.connectionId);
       return webSocketResult();
@@ -81,6 +82,26 @@ export async function handleSocketEvent(event: WebSocketEvent, deps: SocketDeps 
 
 /** What a connection awaiting its `auth` frame is told when another frame comes first. */
 export const AUTH_FIRST = 'Send {"type":"auth","token":…} first';
+
+/**
+ * The upgrade and its access line, a request's (observability/access-log.ts): `GET /ws`, 101 when accepted, else the
+ * status it was refused with and the error type; the caller when the token named one. Never the token.
+ */
+async function upgrade(event: Extract<WebSocketEvent, { kind: 'connect' }>, deps: SocketDeps): Promise<APIGatewayProxyStructuredResultV2> {
+  const started = clock.now();
+  const line: RequestAccess = { unit: 'request', requestId: event.requestId, method: 'GET', path: '/ws' };
+  try {
+    const result = await withAccessRecord(line, () => connect(event, deps));
+    line.status ??= 101;
+    return result;
+  } catch (err) {
+    Object.assign(line, { status: 500, error: 'internal_error' });
+    throw err;
+  } finally {
+    line.totalMs = clock.now() - started;
+    writeAccessLog(line);
+  }
+}
 
 /**
  * The upgrade. With a token (`Authorization: Bearer`, or `?token=`), it is checked before anything is stored, with
@@ -112,6 +133,7 @@ async function connect(event: Extract<WebSocketEvent, { kind: 'connect' }>, deps
   } catch (err) {
     if (!(err instanceof Refused)) throw err;
     const { status, body } = conjureRefusalParts(err.refusal);
+    Object.assign(accessRecord(), { status, error: String(body.error) });
     return webSocketResult(status, JSON.stringify(body));
   }
   await putConnection(event.connectionId, caller, clock.now(), { origin });

@@ -5,16 +5,19 @@ import { runAdmittedSegment } from '../agent/admitted-run.ts';
 import { MAX_RUN_SECONDS } from '../config/timing.ts';
 import type { RunState } from '../agent/result.ts';
 import { apiGatewayConnectionSender, type ConnectionSender } from '../http/websocket.ts';
+import { withAccessRecord, type WsTurnAccess } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { admitRun } from '../plans/admission.ts';
+import { conjureRefusalParts } from '../refusals/conjure.ts';
+import type { Refusal } from '../refusals/refusal.ts';
 import { MalformedMessageError } from '../queues/consumer.ts';
 import { errorFrame, refusalFrame, type ServerFrame } from './frames.ts';
 import { FrameOutbox } from './outbox.ts';
 import { conversationWithoutTurn, pausedRunOf, resumeResults, SessionTooLarge, type PausedRun, type SessionRecord, type TurnRecord } from './record.ts';
 import { claimTurn, endTurn, getSession, pauseTurn } from './store.ts';
 import { closeUnauthenticated } from './sweeper.ts';
-import { endPausedTurn, interruptedResult } from './paused.ts';
+import { endPausedTurn, interruptedResult, turnLine, turnQueuedAt, writeTurnLine } from './paused.ts';
 import { CLIENT_GONE, watchTurn } from './watch.ts';
 
 /**
@@ -23,6 +26,8 @@ import { CLIENT_GONE, watchTurn } from './watch.ts';
  * admission (plan, concurrency lease, the user's budget), exactly as a /prompt run. Its frames stream to the
  * connection through the management API. The session item is the source of truth: the message only names the turn,
  * and a worker that cannot claim it (repeated, late, or already taken) does nothing.
+ * A turn logs one access line when it ends (`ws_turn`: observability/access-log.ts), with its outcome and everything
+ * it was charged — every model call and the compute of each of its segments — not when it pauses for client tools.
  */
 
 export const TurnMessage = z.object({ sessionId: z.string().min(1), turnId: z.string().min(1) });
@@ -68,6 +73,10 @@ export async function processTurnMessage(body: unknown, deps: TurnDeps = default
   }
   const session = claimed.session;
   const turn = session.turn!;
+  const paused = pausedRunOf(turn);
+  // The segment's model calls add their charges to the turn's line, and its run its compute (agent/admitted-run.ts).
+  const line = turnLine(session, turn, paused);
+  let ended: string | undefined;
   const abort = new AbortController();
   // Frames follow the session to the connection it was resumed on (moveTurn): seen by the watch, or on a 410.
   const follow = (connectionId: string, callbackUrl: string) => {
@@ -79,25 +88,44 @@ export async function processTurnMessage(body: unknown, deps: TurnDeps = default
   };
   const outbox = new FrameOutbox(deps.sender(turn.callbackUrl), turn.connectionId, () => abort.abort(CLIENT_GONE), relocate);
   try {
-    await runSegment(session, turn, abort, outbox, follow);
+    ended = await withAccessRecord(line, () => runSegment(session, turn, abort, outbox, follow, line));
   } catch (err) {
     logger.error('a /ws turn failed', { error: err as Error, sessionId, turnId });
     // The turn is given up with the conversation as it was before it: the session stays usable. Only a worker that
     // still held the turn says so — one the sweeper already freed (which told the client) stays silent.
     const given = await endTurn(sessionId, turnId, conversationWithoutTurn(session, turn), { from: ['running'] }).catch(() => undefined);
-    if (given?.ok) outbox.send(errorFrame('internal_error', 'The gateway failed during the turn; the conversation is as it was before it'));
+    if (given?.ok) {
+      outbox.send(errorFrame('internal_error', 'The gateway failed during the turn; the conversation is as it was before it'));
+      line.error = 'internal_error';
+      ended = 'failed';
+    }
   } finally {
     await outbox.flush();
+    if (ended) writeTurnLine(line, ended, turnQueuedAt(turn, paused));
   }
 }
 
+/** A turn refused (its admission, or the user's budget at its first model call): its line says as its error frame. */
+function refusedTurn(line: WsTurnAccess, refusal: Refusal): 'refused' {
+  const { status, body } = conjureRefusalParts(refusal);
+  line.status = status;
+  line.error = String(body.error);
+  return 'refused';
+}
+
+/**
+ * Runs one segment of the turn. Answers the turn's outcome for its access line when the turn ended here (its result's
+ * subtype, `refused`, or `lost` when its end was not this worker's to write), or undefined when it paused for client
+ * tools (or was ended meanwhile by an interrupt, which logged it: paused.ts).
+ */
 async function runSegment(
   session: SessionRecord,
   turn: TurnRecord,
   abort: AbortController,
   outbox: FrameOutbox,
   follow: (connectionId: string, callbackUrl: string) => void,
-): Promise<void> {
+  line: WsTurnAccess,
+): Promise<string | undefined> {
   const { sessionId } = session;
   const paused = pausedRunOf(turn);
   // A resumed turn continues from its pause with every call's result; a new one starts from the user's message.
@@ -109,7 +137,9 @@ async function runSegment(
   if (turn.stop) {
     // Interrupted (or left) before a worker got to it.
     const state: RunState = { ...(paused?.run ?? FRESH), conversation: unrun ?? session.conversation };
-    return finishTurn(session, turn, state, outbox, follow, turn.stop === 'interrupted' ? interruptedResult(state, session) : LEFT);
+    if (turn.stop === 'disconnected') line.clientClosed = true;
+    const written = await finishTurn(session, turn, state, outbox, follow, turn.stop === 'interrupted' ? interruptedResult(state, session) : LEFT);
+    return written ? 'interrupted' : 'lost';
   }
 
   const started = clock.now();
@@ -117,7 +147,7 @@ async function runSegment(
   if (!admission.ok) {
     await endTurn(sessionId, turn.id, unrun);
     outbox.send(refusalFrame(admission.refusal));
-    return;
+    return refusedTurn(line, admission.refusal);
   }
 
   const watch = watchTurn(sessionId, turn.id, abort, { onConnection: follow });
@@ -137,21 +167,24 @@ async function runSegment(
   } finally {
     watch.stop();
   }
-  if (watch.lost()) return;
+  if (watch.lost()) return 'lost';
 
   if (outcome.kind === 'ended' && outcome.refusedForBudget) {
     // Refused for the user's budget at its first model call: as a refused admission — the session as it was before
     // the turn, the 429's body as the error frame, nothing charged (agent/admitted-run.ts).
     await endTurn(sessionId, turn.id, unrun);
     outbox.send(refusalFrame(outcome.refusedForBudget));
-    return;
+    return refusedTurn(line, outcome.refusedForBudget);
   }
   if (outcome.kind === 'ended') {
     // What the model's API refused as invalid (a tool result it cannot take, a message too long) would be refused on
     // every later turn too: the turn is dropped, and the session goes on from where it was before it.
     const state =
       outcome.refusedAsInvalid && turnStart !== undefined ? { ...outcome.state, conversation: session.conversation.slice(0, turnStart) } : outcome.state;
-    return finishTurn(session, turn, state, outbox, follow, abort.signal.reason === CLIENT_GONE ? LEFT : { ...outcome.result, sessionId });
+    const left = abort.signal.reason === CLIENT_GONE;
+    if (left) line.clientClosed = true;
+    const written = await finishTurn(session, turn, state, outbox, follow, left ? LEFT : { ...outcome.result, sessionId });
+    return written ? outcome.result.subtype : 'lost';
   }
 
   const pausedNow: PausedRun = {
@@ -166,11 +199,14 @@ async function runSegment(
     calls: outcome.calls.map((c) => ({ id: c.id, name: c.name, input: c.input, client: c.client })),
     serverResults: outcome.results,
     ...(turnStart === undefined ? {} : { turnStart }),
+    // What the turn's line will carry when it ends: this segment's compute beside the earlier ones', and its start.
+    computeSeconds: line.computeSeconds ?? 0,
+    queuedAt: turnQueuedAt(turn, paused),
   };
   const saved = await pauseTurn(sessionId, turn.id, outcome.state.conversation, pausedNow);
   if (!saved.ok) {
     logger.warn('a paused /ws turn could not be saved: it moved on', { sessionId, turnId: turn.id, state: saved.seen?.state });
-    return;
+    return 'lost';
   }
   const savedTurn = saved.session.turn!;
   // The frames go to the connection the turn is on now (a resume elsewhere may have moved it since the last poll).
@@ -179,10 +215,11 @@ async function runSegment(
   if (savedTurn.stop === 'interrupted') {
     const ended = await endPausedTurn(saved.session, savedTurn, pausedNow);
     if (ended) outbox.send(ended);
-    return;
+    return undefined;
   }
   // Saved first, then told: a result the client sends at once finds the turn waiting for it.
   for (const call of pausedNow.calls) if (call.client) outbox.send({ type: 'tool_use', subtype: 'client', id: call.id, name: call.name, input: call.input });
+  return undefined;
 }
 
 /** The result of a turn whose client left: none, unless the client came back on another connection (see finishTurn). */
@@ -193,7 +230,7 @@ const LEFT = Symbol('left');
  * written on the session as read, so a resume on another connection (moveTurn), told the turn is running, cannot slip
  * in between and miss the result. A turn whose client left (LEFT: its $disconnect asked it to stop, or its connection
  * answered 410) has nobody to tell — unless the client came back on another connection meanwhile: the result goes
- * there, as an interrupt's.
+ * there, as an interrupt's. Answers whether the end was written (false: the turn moved on without this worker).
  */
 export async function finishTurn(
   session: SessionRecord,
@@ -202,17 +239,17 @@ export async function finishTurn(
   outbox: FrameOutbox,
   follow: (connectionId: string, callbackUrl: string) => void,
   result: ServerFrame | typeof LEFT,
-): Promise<void> {
+): Promise<boolean> {
   const left = outbox.target;
   for (let attempt = 0; attempt < 5; attempt++) {
     const now = await getSession(session.sessionId);
     if (now?.turn?.id !== turn.id) break;
     follow(now.turn.connectionId, now.turn.callbackUrl);
     const given = result !== LEFT ? result : now.turn.connectionId !== left ? interruptedResult(state, session) : undefined;
-    if (await writeEnd(session, turn, state, outbox, given, now.version)) return;
+    if (await writeEnd(session, turn, state, outbox, given, now.version)) return true;
   }
   // The turn moved on (the sweeper freed it), or kept changing: written unpinned, as long as it is still this turn's.
-  await writeEnd(session, turn, state, outbox, result === LEFT ? undefined : result);
+  return writeEnd(session, turn, state, outbox, result === LEFT ? undefined : result);
 }
 
 /**

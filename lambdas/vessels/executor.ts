@@ -3,9 +3,11 @@ import { clock } from '../config/clock.ts';
 import { runAdmitted } from '../agent/admitted-run.ts';
 import { END_WRITE_BACKOFF_MS, HELD_BUDGET_BACKOFF_MAX_SECONDS, leaseTtlMs, MAX_RUN_SECONDS, WAIT_OUT_MS } from '../config/timing.ts';
 import type { RunResult } from '../agent/result.ts';
+import { withAccessRecord, writeAccessLog, type VesselRunAccess } from '../observability/access-log.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { admitRun, withdrawAdmission, type RunAdmission } from '../plans/admission.ts';
+import { conjureRefusalParts } from '../refusals/conjure.ts';
 import { messageOf } from '../refusals/describe.ts';
 import type { Refusal } from '../refusals/refusal.ts';
 import { endVessel } from './end.ts';
@@ -33,6 +35,8 @@ import { watchExecution } from './watch.ts';
  *   cancel; the end is one conditional move to COMPLETED, FAILED or CANCELED (only by this execution).
  * A vessel runs at most once: an execution that does not write its end — it died, lost its lease, or could not store
  * its end — leaves the vessel to the reconciler, which ends it FAILED and never runs it again (reconciler.ts).
+ * Each run, and each vessel ended here without one (refused when due), logs one access line (`vessel_run`:
+ * observability/access-log.ts) with its outcome and its whole cost, as charged.
  */
 
 /** Tries at writing a run's end before the message is failed (and the reconciler ends the vessel FAILED). */
@@ -123,17 +127,60 @@ async function refused(vessel: StoredVessel, message: RunMessage, refusal: Refus
           : 'error_during_execution';
   const text =
     refusal.kind === 'token' && !revoked ? 'The vessel could not run: its project no longer exists' : `The vessel could not run: ${messageOf(refusal)}`;
-  await endVessel(vessel, {
+  const ended = await endVessel(vessel, {
     to: 'FAILED',
     from: ['PENDING', 'QUEUED'],
     when: { expression: 'driveId = :drive', values: { ':drive': vessel.driveId } },
     output: endedWithoutRun(subtype, text),
     now,
   });
+  if (!ended) return;
+  // Nothing ran, and nothing was charged.
+  writeAccessLog({
+    ...runLine(vessel),
+    outcome: 'FAILED',
+    subtype,
+    error: String(conjureRefusalParts(refusal).body.error),
+    costMicrodollars: 0,
+    computeSeconds: 0,
+  });
 }
 
-/** Runs an EXECUTING vessel to its end, under its admission, watched for a cancel. */
+/** The access line of a vessel's run (or of its end without one): who, what, and — added as the run goes — its cost. */
+function runLine(vessel: StoredVessel, runId?: string): VesselRunAccess {
+  return {
+    unit: 'vessel_run',
+    vesselId: vessel.vesselId,
+    ...(runId ? { runId } : {}),
+    project: vessel.caller.projectId,
+    user: vessel.caller.userId,
+    model: runOptionsOf(vessel).model,
+  };
+}
+
+/**
+ * Runs an EXECUTING vessel to its end, under its admission, watched for a cancel; logs the run's access line once its
+ * end is written (or known not to be this execution's).
+ */
 async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { ok: true }>, started: number): Promise<void> {
+  // Every model call of the run adds its charge to the line, and the run its compute (agent/admitted-run.ts).
+  const line: VesselRunAccess = { ...runLine(vessel, admission.lease.leaseId), costMicrodollars: 0, computeSeconds: 0 };
+  try {
+    line.outcome = await runAndEnd(vessel, admission, started, line);
+  } finally {
+    line.outcome ??= 'lost';
+    line.totalMs = clock.now() - started;
+    writeAccessLog(line);
+  }
+}
+
+/** The run and its end: answers the end written (its status), or undefined when this execution wrote none. */
+async function runAndEnd(
+  vessel: StoredVessel,
+  admission: Extract<RunAdmission, { ok: true }>,
+  started: number,
+  line: VesselRunAccess,
+): Promise<string | undefined> {
   const runId = admission.lease.leaseId;
   const abort = new AbortController();
   const watch = watchExecution(vessel.vesselId, runId, abort);
@@ -141,28 +188,33 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
   let result: RunResult | undefined;
   let refusedForBudget: Refusal | undefined;
   try {
-    ({ result, refusedForBudget } = await runAdmitted({
-      caller: vessel.caller,
-      admission,
-      message: vessel.message,
-      options: runOptionsOf(vessel),
-      started,
-      signal: abort.signal,
-      ticker: watch.ticker,
-      onLeaseLost: () => {
-        leaseLost = true;
-        abort.abort('The run lost its concurrency lease (the executor stalled)');
-      },
-    }));
+    ({ result, refusedForBudget } = await withAccessRecord(line, () =>
+      runAdmitted({
+        caller: vessel.caller,
+        admission,
+        message: vessel.message,
+        options: runOptionsOf(vessel),
+        started,
+        signal: abort.signal,
+        ticker: watch.ticker,
+        onLeaseLost: () => {
+          leaseLost = true;
+          abort.abort('The run lost its concurrency lease (the executor stalled)');
+        },
+      }),
+    ));
   } catch (err) {
     logger.error('vessel run failed', { vesselId: vessel.vesselId, error: err as Error });
+    line.error = 'internal_error';
   } finally {
     watch.stop();
   }
+  if (result) line.subtype = result.subtype;
+  if (refusedForBudget) line.error = String(conjureRefusalParts(refusedForBudget).body.error);
   // The vessel moved on without this execution (the reconciler ended it), or this one lost its lease: the end is not
   // this execution's to write. A vessel left EXECUTING stops being renewed, so the reconciler ends it FAILED once its
   // lease has lapsed.
-  if (watch.takenOver() || leaseLost) return;
+  if (watch.takenOver() || leaseLost) return undefined;
   const canceled = watch.canceled();
   // Refused for the user's budget at its first model call: no call was made and nothing charged, as when the budget
   // is found spent at admission (refused() above).
@@ -172,6 +224,7 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
       ? runOutput(result, canceled)
       : endedWithoutRun('error_during_execution', 'The gateway failed during the run');
   const to = canceled ? 'CANCELED' : output.success ? 'COMPLETED' : 'FAILED';
+  line.subtype = output.result.subtype;
   // The run has been paid for and will not run again (reconciler.ts): its end is written even through a store hiccup,
   // and an end refused for its size is written again smaller — the text shorter, flagged `truncated` — rather than lost.
   // (The shares of size.ts make that refusal impossible for a vessel queued within them; a vessel stored before them
@@ -198,5 +251,9 @@ async function execute(vessel: StoredVessel, admission: Extract<RunAdmission, { 
       await sleep(END_WRITE_BACKOFF_MS * 2 ** attempt);
     }
   }
-  if (!ended) logger.warn('vessel end not written: the vessel moved meanwhile', { vesselId: vessel.vesselId, runId });
+  if (!ended) {
+    logger.warn('vessel end not written: the vessel moved meanwhile', { vesselId: vessel.vesselId, runId });
+    return undefined;
+  }
+  return to;
 }

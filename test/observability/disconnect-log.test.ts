@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { unfinishedCount } from '../../lambdas/instance/unfinished.ts';
-import type { AccessRecord } from '../../lambdas/observability/access-log.ts';
+import type { RequestAccess } from '../../lambdas/observability/access-log.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { RawConn } from '../support/raw-conn.ts';
 
@@ -11,12 +11,12 @@ import { RawConn } from '../support/raw-conn.ts';
  * the in-process local runtime; the client is a bare socket the test destroys at the moment it chooses.
  */
 let gw: TestGateway;
-const records: AccessRecord[] = [];
+const records: RequestAccess[] = [];
 /** A fresh user per attempt, so a retried test reads its own ledger. */
 let seq = 0;
 const fresh = (name: string) => `${name}-${++seq}`;
 beforeAll(async () => {
-  gw = await startTestGateway({ accessLog: (line) => records.push((JSON.parse(line) as { access: AccessRecord }).access), accessLogJson: true });
+  gw = await startTestGateway({ accessLog: (line) => records.push((JSON.parse(line) as { access: RequestAccess }).access), accessLogJson: true });
 });
 afterAll(async () => {
   await gw?.stop();
@@ -41,7 +41,7 @@ async function post(path: string, body: unknown, headers: Record<string, string>
  * running: every invocation has returned and the registry of work after the response is empty — the settlements and
  * the access lines chained on them have all been written, so a second line, were there one, would be there too.
  */
-async function settledLines(match: (r: AccessRecord) => boolean): Promise<AccessRecord[]> {
+async function settledLines(match: (r: RequestAccess) => boolean): Promise<RequestAccess[]> {
   await expect.poll(() => records.filter(match).length, { timeout: 10_000, interval: 20 }).toBeGreaterThanOrEqual(1);
   await gw.invocationsDone();
   await expect.poll(() => unfinishedCount(), { timeout: 10_000, interval: 20 }).toBe(0);
