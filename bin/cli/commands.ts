@@ -3,6 +3,7 @@ import { clock } from '../../lambdas/config/clock.ts';
 import * as z from 'zod';
 import { WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
+import { type ActivityCounters, groupActivity, readActivity, totalActivity } from '../../lambdas/activity/query.ts';
 import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { developerAllowance } from '../../lambdas/plans/compute.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
@@ -298,6 +299,43 @@ export const COMMANDS: Record<string, Command> = {
           `  compute this month: ${allowance.used} s used, ${allowance.available} s available`,
           `  live runs: ${leases.length} of ${tier.maxConcurrency}`,
           ...leases.map((l) => `    ${l.sessionId} (user ${l.userId}, ${Math.round(l.ageMs / 1000)} s)`),
+        ].join('\n'),
+      };
+    },
+  },
+  activity: {
+    usage: 'activity --project ID [--since 24h] [--by user|model|hour|day]',
+    summary: "what a project's users spent, from its activity records: totals, or grouped by user, model, hour or day",
+    async run(flags, ctx) {
+      const o = parse(
+        {
+          project: required('project', Identifier),
+          since: z.string().default('24h'),
+          by: z.enum(['user', 'model', 'hour', 'day'], { error: '--by must be user, model, hour or day' }).optional(),
+        },
+        flags,
+      );
+      let seconds: number;
+      try {
+        seconds = parseDuration(o.since);
+      } catch (err) {
+        throw new UsageError(`--since: ${(err as Error).message}`);
+      }
+      await ctx.connect();
+      await requireProject(o.project);
+      const until = new Date(clock.now());
+      const since = new Date(until.getTime() - seconds * 1000);
+      const rows = await readActivity(o.project, since, until);
+      const total = totalActivity(rows);
+      const groups = o.by ? groupActivity(rows, o.by) : undefined;
+      const line = (label: string, c: ActivityCounters) =>
+        `  ${label}: ${c.aiMicros} µ$, ${c.requests} calls, ${c.inputTokens} in / ${c.outputTokens} out / ${c.cacheReadTokens} cache read / ${c.cacheWriteTokens} cache write tokens, ${c.computeSeconds} s compute, ${c.errors} errors, ${c.refusals} refusals`;
+      return {
+        data: { projectId: o.project, since: since.toISOString(), until: until.toISOString(), total, ...(groups ? { by: o.by, groups } : {}) },
+        text: [
+          `Activity of ${o.project} since ${since.toISOString()}`,
+          line('total', total),
+          ...(groups ? [`By ${o.by}:`, ...groups.map((g) => line(g.key, g))] : []),
         ].join('\n'),
       };
     },

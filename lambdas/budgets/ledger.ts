@@ -9,6 +9,8 @@ import { logger } from '../observability/logger.ts';
 import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { expiresAfter, hasExpired } from '../store/epoch.ts';
+import { countActivity, NO_MODEL } from '../activity/record.ts';
+import type { TokenUsage } from '../pricing/prices.ts';
 import { addDeveloperCompute } from './developer-month.ts';
 import { windowEnd, windowStart } from './windows.ts';
 
@@ -212,11 +214,20 @@ export interface SettleOutcome {
 
 /**
  * Turns a reservation into its actual cost. A repeated settle, or one after the sweep took the hold, changes nothing.
- * The settle that removes a developer's hold then adds its compute to the developer's month: only one call can win
- * the hold, so the month is charged once (a process that dies between the two writes, or a failed second write,
- * leaves the month short by that run, never charged twice).
+ * The settle that removes a developer's hold then adds its compute to the developer's month, and every settle its
+ * charge to the project's activity (`call` says which model call it was): only one call can win the hold, so each is
+ * written once (a process that dies between the writes, or a failed later write, leaves them short, never double).
  */
-export async function settle(reservation: Reservation, actual: Amounts, now = new Date(clock.now())): Promise<SettleOutcome> {
+/** What a settled model call was, for its activity record (lambdas/activity/record.ts); absent for compute and sweeps. */
+export interface SettledCall {
+  model: string;
+  /** The tokens charged, when the charge was priced from tokens. */
+  tokens?: TokenUsage;
+  /** The call ended in the provider's error. */
+  error?: boolean;
+}
+
+export async function settle(reservation: Reservation, actual: Amounts, now = new Date(clock.now()), call?: SettledCall): Promise<SettleOutcome> {
   assertAmounts(actual, 'actual');
   const written = await conditionalUpdate({
     TableName: table(),
@@ -239,6 +250,17 @@ export async function settle(reservation: Reservation, actual: Amounts, now = ne
   });
   if (!written.ok) return { settled: false };
   if (reservation.developerId && actual.compute > 0) await chargeDeveloper(reservation.developerId, actual.compute, now);
+  // Only the settle that won the hold gets here: each charge is counted in the owner's activity once.
+  await countActivity({
+    projectId: reservation.key.projectId,
+    userId: reservation.key.userId,
+    model: call?.model ?? NO_MODEL,
+    aiMicros: actual.ai,
+    computeSeconds: actual.compute,
+    requests: call ? 1 : 0,
+    errors: call?.error ? 1 : 0,
+    ...(call?.tokens ? { tokens: call.tokens } : {}),
+  });
   const usage = toUsage(reservation.key, written.attributes);
   return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
 }

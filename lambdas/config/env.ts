@@ -47,6 +47,7 @@ const EnvSchema = z.object({
   VESSELS_TABLE: z.string().default('gateway-vessels'),
   LEASES_TABLE: z.string().default('gateway-leases'),
   SESSIONS_TABLE: z.string().default('gateway-sessions'),
+  ACTIVITY_TABLE: z.string().default('gateway-activity'),
   /** KMS key that encrypts projects' provider keys (AWS). */
   PROVIDER_KEYS_KMS_KEY_ID: z.string().optional(),
   /** Local alternative to KMS: a file holding a 32-byte AES key (created on first use). */

@@ -207,6 +207,8 @@ export const LEASES_RETAIN_SECONDS = DAY_SECONDS;
 export const DEVELOPER_MONTH_RETAIN_SECONDS = 400 * DAY_SECONDS;
 /** Past usage windows are kept this long after they end, for reporting: a quarter. */
 export const USAGE_WINDOW_RETAIN_SECONDS = 90 * DAY_SECONDS;
+/** Activity records (lambdas/activity/record.ts) are kept 400 days: a year of hours, compared month by month. */
+export const ACTIVITY_RETAIN_SECONDS = 400 * DAY_SECONDS;
 /**
  * How long a /ws connection item outlives its connect: API Gateway closes every connection after 2 hours, so one left
  * behind by a lost $disconnect is gone an hour later (docs/ws.md, "Sessions: persistence and retention": 3 hours).

@@ -89,8 +89,11 @@ export interface FunctionSpec {
   readonly recursion?: { readonly allowed: true; readonly reason: string };
 }
 
-/** Registry read (projects and their secrets), Usage read/write (budget windows): what every metered function needs. */
-const LEDGER = { Registry: 'read', Usage: 'readwrite' } as const;
+/**
+ * Registry read (projects and their secrets), Usage read/write (budget windows), and Activity write (every settlement
+ * adds to it: lambdas/activity/record.ts): what every metered function needs.
+ */
+const LEDGER = { Registry: 'read', Usage: 'readwrite', Activity: 'readwrite' } as const;
 
 export const FUNCTIONS = [
   {

@@ -1,4 +1,5 @@
 import type Anthropic from '@anthropic-ai/sdk';
+import { countActivity } from '../activity/record.ts';
 import { clock } from '../config/clock.ts';
 import { unknownIssuer } from '../auth/authenticate.ts';
 import type { Caller } from '../auth/claims.ts';
@@ -100,6 +101,15 @@ export interface StreamMeter {
   readonly inputReported: boolean;
 }
 
+/** The model and provider of a call, as its logs and its settlement name them. */
+export interface CallContext {
+  model: string;
+  provider: string;
+}
+
+/** What a settlement says of the call beyond its cost (its activity record, lambdas/activity/record.ts). */
+export type SettledAs = Parameters<typeof settleCharge>[3];
+
 export interface ResolvedModel {
   route: Route;
   provider: Provider;
@@ -192,7 +202,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   phaseStart = performance.now();
   const reservedCall = await reserveCall(caller, pricing, body, input.now, input.capMicros, input.signal);
   timePhase(log, 'reservation', phaseStart);
-  if (!reservedCall.ok) return reservedCall;
+  if (!reservedCall.ok) return refusedForBudget(caller, body.model, reservedCall);
   const { reserved } = reservedCall;
   const { reservation } = reserved;
   const clampedMaxTokens = reserved.clampedMaxTokens;
@@ -214,7 +224,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     started = clock.now();
     result = await resolved.provider.send(request);
   } catch (err) {
-    await finishBeforeReturn(settleCharge(reservation, 0, context));
+    await finishBeforeReturn(settleCharge(reservation, 0, context, { error: true }));
     throw err;
   }
   log.upstreamMs = clock.now() - started;
@@ -225,7 +235,7 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     // as tokens, so a stopped run's result reports what it was charged for.
     const tokens: TokenUsage | undefined = input.signal?.aborted ? { input_tokens: reserved.worstCase.inputTokens, output_tokens: 0 } : undefined;
     const micros = tokens ? charge(pricing, tokens).microdollars : 0;
-    const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context));
+    const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context, { error: true, ...(tokens ? { tokens } : {}) }));
     addCost(log, micros);
     return {
       ok: false,
@@ -247,18 +257,20 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
     const micros = reported ?? charge(pricing, tokens).microdollars;
     addCost(log, micros);
     // Settled after delivery: the charge is known now, and what will remain follows from the reservation's counters.
-    const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context));
+    const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context, { tokens }));
     const remaining = remainingOf(caller, reserved.committedAi - reservation.held.ai + micros);
     const callCharge: CallCharge = { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) };
     return { ok: true, kind: 'message', message: result.message, clampedMaxTokens, charge: callCharge, settle };
   }
 
-  const charged = (accumulator: MessageAccumulator): { micros: number; tokens?: TokenUsage } => {
+  const charged = (accumulator: MessageAccumulator): ReturnType<StreamMetering<MessageAccumulator>['charged']> => {
     if (accumulator.usageUntrusted) untrustedUsage(context, 'stream');
     const reported = reportedCost(result.reportedCostMicros?.(), context);
-    if (reported !== undefined) return { micros: reported };
     const tokens = accumulator.tokens(reserved.worstCase.inputTokens, reserved.body.max_tokens);
-    return { micros: charge(pricing, tokens).microdollars, tokens };
+    const error = accumulator.errorSeen;
+    // The tokens are counted in the activity either way; the charge is said in tokens only when priced from them.
+    if (reported !== undefined) return { micros: reported, counted: tokens, error };
+    return { micros: charge(pricing, tokens).microdollars, tokens, counted: tokens, error };
   };
   return {
     ok: true,
@@ -277,10 +289,20 @@ export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   };
 }
 
+/**
+ * A call refused at its reservation (the budget, or a run's cost cap): counted in the project's activity as a refusal,
+ * written after the answer like a settlement (the refusal is on its way to the client already).
+ */
+export function refusedForBudget<R extends Refusing>(caller: Caller, model: string, refused: R): R {
+  const count = { projectId: caller.projectId, userId: caller.userId, model, aiMicros: 0, computeSeconds: 0, requests: 0, errors: 0, refusals: 1 };
+  deferUntilReturn(() => countActivity(count));
+  return refused;
+}
+
 /** The settlement write, timed as the request's `settle` phase. */
-export async function timedSettle(log: AccessRecord, reservation: Reservation, micros: number, context: Record<string, unknown>) {
+export async function timedSettle(log: AccessRecord, reservation: Reservation, micros: number, context: CallContext, call: SettledAs = {}) {
   const started = performance.now();
-  const outcome = await settleCharge(reservation, micros, context);
+  const outcome = await settleCharge(reservation, micros, context, call);
   timePhase(log, 'settle', started);
   return outcome;
 }
@@ -320,13 +342,14 @@ export interface StreamMetering<M extends StreamMeter> {
   /** The bytes that end the stream when the upstream fails in the middle of it, in the stream's own format. */
   failure: (message: string) => Uint8Array;
   caller: Caller;
-  charged: (meter: M) => { micros: number; tokens?: TokenUsage };
+  /** The charge; `tokens` when it was priced from them, `counted` the tokens the activity records in any case. */
+  charged: (meter: M) => { micros: number; tokens?: TokenUsage; counted?: TokenUsage; error?: boolean };
   reservation: Reservation;
   /** Stops the upstream call. */
   upstream: AbortController;
   /** The caller's own abort (an interrupted agent turn). */
   signal?: AbortSignal;
-  context: Record<string, unknown>;
+  context: CallContext;
 }
 
 /** Resolves on the next turn of the event loop: what was just written reaches the socket before work that follows. */
@@ -356,9 +379,10 @@ export function meteredStream<M extends StreamMeter>(source: ReadableStream<Uint
       (async () => {
         await before?.().catch(() => undefined);
         accumulator.end();
-        const { micros, tokens } = m.charged(accumulator);
+        const { micros, tokens, counted, error } = m.charged(accumulator);
         addCost(log, micros);
-        const charge = chargeOf(m.caller, micros, tokens, await timedSettle(log, m.reservation, micros, m.context));
+        const as: SettledAs = { ...(counted ? { tokens: counted } : {}), ...(error ? { error } : {}) };
+        const charge = chargeOf(m.caller, micros, tokens, await timedSettle(log, m.reservation, micros, m.context, as));
         resolveSettled(charge);
         return charge;
       })(),

@@ -2,7 +2,7 @@ import type { Caller } from '../auth/claims.ts';
 import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { finishBeforeReturn, deferUntilReturn } from '../instance/unfinished.ts';
-import { accessRecord, timePhase } from '../observability/access-log.ts';
+import { accessRecord, addCost, timePhase } from '../observability/access-log.ts';
 import { emit } from '../observability/metrics.ts';
 import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
 import type { ChatPassthroughResult } from '../providers/types.ts';
@@ -11,6 +11,7 @@ import {
   chargeOf,
   meteredStream,
   remainingOf,
+  refusedForBudget,
   reportedCost,
   requirePricing,
   resolveModel,
@@ -18,6 +19,7 @@ import {
   untrustedUsage,
   type CallCharge,
   type MeteredStream,
+  type StreamMetering,
 } from './call.ts';
 import { ChatChunkMeter, chatStreamFailure, producedByCompletion, trustedChatUsage } from './chat-chunks.ts';
 import { estimateInput } from './estimate.ts';
@@ -85,7 +87,7 @@ export async function meteredChatCompletion(input: ChatCallInput): Promise<ChatC
   const floor = Math.min(MIN_OUTPUT_TOKENS, input.maxTokens);
   const held = await reserveWorstCase(caller, { worstCase, maxTokens: input.maxTokens, floor }, input.now, undefined, input.signal);
   timePhase(log, 'reservation', phaseStart);
-  if (!held.ok) return held;
+  if (!held.ok) return refusedForBudget(caller, body.model, held);
   const { reservation, committedAi, clampedMaxTokens } = held.reserved;
   const maxTokens = clampedMaxTokens ?? input.maxTokens;
   const maxOutput = maxTokens * input.choices;
@@ -108,7 +110,7 @@ export async function meteredChatCompletion(input: ChatCallInput): Promise<ChatC
       timeoutMs: env().UPSTREAM_TIMEOUT_MS,
     });
   } catch (err) {
-    await finishBeforeReturn(settleCharge(reservation, 0, context));
+    await finishBeforeReturn(settleCharge(reservation, 0, context, { error: true }));
     throw err;
   }
   log.upstreamMs = clock.now() - started;
@@ -118,8 +120,8 @@ export async function meteredChatCompletion(input: ChatCallInput): Promise<ChatC
     // Aborted by the caller: the upstream may have billed the input it read, so its bound is charged.
     const tokens: TokenUsage | undefined = input.signal?.aborted ? { input_tokens: worstCase.inputTokens, output_tokens: 0 } : undefined;
     const micros = tokens ? charge(pricing, tokens).microdollars : 0;
-    const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context));
-    log.costMicrodollars = micros;
+    const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context, { error: true, ...(tokens ? { tokens } : {}) }));
+    addCost(log, micros);
     return {
       ok: false,
       refusal: { kind: 'upstream', status: result.status, body: result.body },
@@ -138,20 +140,21 @@ export async function meteredChatCompletion(input: ChatCallInput): Promise<ChatC
     };
     const reported = reportedCost(result.reportedCostMicros, context);
     const micros = reported ?? charge(pricing, tokens).microdollars;
-    log.costMicrodollars = micros;
-    const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context));
+    addCost(log, micros);
+    const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context, { tokens }));
     const remaining = remainingOf(caller, committedAi - reservation.held.ai + micros);
     const callCharge: CallCharge = { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) };
     return { ok: true, kind: 'completion', text: result.text, clampedMaxTokens, charge: callCharge, settle };
   }
 
   const cost = result.reportedCostMicros;
-  const charged = (meter: ChatChunkMeter): { micros: number; tokens?: TokenUsage } => {
+  const charged = (meter: ChatChunkMeter): ReturnType<StreamMetering<ChatChunkMeter>['charged']> => {
     if (meter.usageUntrusted) untrustedUsage(context, 'stream');
     const reported = reportedCost(meter.rawUsage === undefined ? undefined : cost?.(meter.rawUsage), context);
-    if (reported !== undefined) return { micros: reported };
     const tokens = { ...meter.tokens(worstCase.inputTokens, maxOutput), ...fees };
-    return { micros: charge(pricing, tokens).microdollars, tokens };
+    const error = meter.error !== undefined;
+    if (reported !== undefined) return { micros: reported, counted: tokens, error };
+    return { micros: charge(pricing, tokens).microdollars, tokens, counted: tokens, error };
   };
   return {
     ok: true,

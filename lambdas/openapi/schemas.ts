@@ -126,7 +126,10 @@ export const OpenAIError = z
 /** What the gateway itself checks of a Chat Completions request; the rest is translated (docs/openai.md). */
 export const ChatCompletionsRequest = z
   .looseObject({
-    model: z.string().min(1).meta({ description: 'Any routed model: `claude-*` (translated), `gpt-*` / o-series (OpenAI) and `or:*` (OpenRouter) passed through.' }),
+    model: z
+      .string()
+      .min(1)
+      .meta({ description: 'Any routed model: `claude-*` (translated), `gpt-*` / o-series (OpenAI) and `or:*` (OpenRouter) passed through.' }),
     messages: z.array(z.looseObject({ role: z.string() })),
     stream: z.boolean().optional(),
     max_completion_tokens: z.int().min(1).optional(),

@@ -32,9 +32,9 @@ export const SESSIONS_SWEEP_INDEX = 'sweep';
  */
 export interface TableSpec {
   /** Logical name, also the CDK construct id. */
-  readonly id: 'Registry' | 'Usage' | 'Vessels' | 'Leases' | 'Sessions';
+  readonly id: 'Registry' | 'Usage' | 'Vessels' | 'Leases' | 'Sessions' | 'Activity';
   /** Environment variable the functions read the physical name from. */
-  readonly envVar: 'REGISTRY_TABLE' | 'USAGE_TABLE' | 'VESSELS_TABLE' | 'LEASES_TABLE' | 'SESSIONS_TABLE';
+  readonly envVar: 'REGISTRY_TABLE' | 'USAGE_TABLE' | 'VESSELS_TABLE' | 'LEASES_TABLE' | 'SESSIONS_TABLE' | 'ACTIVITY_TABLE';
   readonly partitionKey: string;
   readonly sortKey?: string;
   /** Attribute DynamoDB's TTL deletes expired items by (epoch seconds). */
@@ -107,5 +107,14 @@ export const TABLES: readonly TableSpec[] = [
       },
     ],
     purpose: 'multi-turn /ws sessions (conversation, options, owner, turn state) and the WebSocket connections bound to them',
+  },
+  {
+    id: 'Activity',
+    envVar: 'ACTIVITY_TABLE',
+    // <project>#<day>#<bucket> / <hour>#<user>#<model>: lambdas/activity/record.ts has the layout and its partition math.
+    partitionKey: 'pk',
+    sortKey: 'sk',
+    ttlAttribute: 'expiresAt',
+    purpose: 'what every settled charge added to its project, per hour, user and model (the owner’s view)',
   },
 ];

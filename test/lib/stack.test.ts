@@ -1012,7 +1012,7 @@ describe('/ws sessions', () => {
     const statements = statementsOf('SessionTurn');
     expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('execute-api:')))).toEqual([manageConnections()]);
     expect(tablesOf('SessionTurn')).toEqual(manifestTables('SessionTurn'));
-    expect(tablesOf('SessionTurn')).toEqual({ read: ['Registry'], readwrite: ['Leases', 'Sessions', 'Usage', 'Vessels'].sort() });
+    expect(tablesOf('SessionTurn')).toEqual({ read: ['Registry'], readwrite: ['Activity', 'Leases', 'Sessions', 'Usage', 'Vessels'].sort() });
     // Sends to the run queue (a turn's end wakes a parked vessel), never to the turn queue nor any dead-letter queue.
     expect(sendsTo('SessionTurn')).toEqual([arnOf(stack.queues.byName.run.queue)]);
     // Consumes the turn queue (its event source), no other.

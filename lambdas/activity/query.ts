@@ -1,0 +1,108 @@
+import { QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { env } from '../config/env.ts';
+import { documentClient } from '../store/dynamo.ts';
+import { ACTIVITY_BUCKETS, dayOf, hourOf } from './record.ts';
+
+/**
+ * Reading activity records back (lambdas/activity/record.ts has the layout): a project's hours in a span, one query
+ * per (day, bucket) with the span as a sort-key range, and totals grouped as the owner asks (`gateway activity`, the
+ * console).
+ */
+
+export interface ActivityCounters {
+  aiMicros: number;
+  computeSeconds: number;
+  requests: number;
+  errors: number;
+  refusals: number;
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadTokens: number;
+  cacheWriteTokens: number;
+}
+
+export interface ActivityRow extends ActivityCounters {
+  projectId: string;
+  userId: string;
+  model: string;
+  /** The hour's start, ISO. */
+  hour: string;
+}
+
+export const COUNTERS: readonly (keyof ActivityCounters)[] = [
+  'aiMicros',
+  'computeSeconds',
+  'requests',
+  'errors',
+  'refusals',
+  'inputTokens',
+  'outputTokens',
+  'cacheReadTokens',
+  'cacheWriteTokens',
+];
+
+export const zeroCounters = (): ActivityCounters => Object.fromEntries(COUNTERS.map((c) => [c, 0])) as unknown as ActivityCounters;
+
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
+
+/** Every (project, hour, user, model) row whose hour starts in [since's hour, until]. */
+export async function readActivity(projectId: string, since: Date, until: Date): Promise<ActivityRow[]> {
+  const from = hourOf(since);
+  const to = `${hourOf(until)}\uffff`;
+  const days: string[] = [];
+  for (let t = Date.parse(`${dayOf(since)}T00:00:00.000Z`); t <= until.getTime(); t += DAY_MS) days.push(dayOf(new Date(t)));
+  const pages = await Promise.all(days.flatMap((day) => Array.from({ length: ACTIVITY_BUCKETS }, (_, b) => queryAll(`${projectId}#${day}#${b}`, from, to))));
+  return pages.flat().sort((a, b) => a.hour.localeCompare(b.hour) || a.userId.localeCompare(b.userId) || a.model.localeCompare(b.model));
+}
+
+async function queryAll(pk: string, from: string, to: string): Promise<ActivityRow[]> {
+  const rows: ActivityRow[] = [];
+  let start: Record<string, unknown> | undefined;
+  do {
+    const out = await documentClient().send(
+      new QueryCommand({
+        TableName: env().ACTIVITY_TABLE,
+        KeyConditionExpression: 'pk = :pk AND sk BETWEEN :from AND :to',
+        ExpressionAttributeValues: { ':pk': pk, ':from': from, ':to': to },
+        ExclusiveStartKey: start,
+      }),
+    );
+    for (const item of out.Items ?? []) rows.push(rowOf(item));
+    start = out.LastEvaluatedKey;
+  } while (start);
+  return rows;
+}
+
+function rowOf(item: Record<string, unknown>): ActivityRow {
+  const counters = Object.fromEntries(COUNTERS.map((c) => [c, Number(item[c] ?? 0)])) as unknown as ActivityCounters;
+  return { projectId: String(item.projectId), userId: String(item.userId), model: String(item.model), hour: String(item.hour), ...counters };
+}
+
+export type ActivityGrouping = 'user' | 'model' | 'hour' | 'day';
+
+export interface ActivityGroup extends ActivityCounters {
+  key: string;
+}
+
+/** Rows summed by user, model, hour or day, largest AI spend first (hours and days in time order). */
+export function groupActivity(rows: readonly ActivityRow[], by: ActivityGrouping): ActivityGroup[] {
+  const groups = new Map<string, ActivityGroup>();
+  for (const row of rows) {
+    const key = by === 'user' ? row.userId : by === 'model' ? row.model : by === 'hour' ? row.hour : row.hour.slice(0, 10);
+    const group = groups.get(key) ?? { key, ...zeroCounters() };
+    for (const c of COUNTERS) group[c] += row[c];
+    groups.set(key, group);
+  }
+  const out = [...groups.values()];
+  return by === 'hour' || by === 'day'
+    ? out.sort((a, b) => a.key.localeCompare(b.key))
+    : out.sort((a, b) => b.aiMicros - a.aiMicros || a.key.localeCompare(b.key));
+}
+
+/** The sum of every row. */
+export function totalActivity(rows: readonly ActivityRow[]): ActivityCounters {
+  const total = zeroCounters();
+  for (const row of rows) for (const c of COUNTERS) total[c] += row[c];
+  return total;
+}
