@@ -30,13 +30,14 @@ export const SYSTEM_FILES = [
 
 /**
  * `npm run test:soak`: the same properties as in `npm test`, at full scale (TEST_SCALE=full): 1,000 vessels on a
- * 2-slot tier, 300-way contention on one user's budget (and a 300-request burst served until it is spent, at 1 s answers), the proxy and /usage fuzz properties at three times their
+ * 2-slot tier, 300-way contention on one user's budget (on /v1/messages and on /v1/chat/completions; and a 300-request burst served until it is spent, at 1 s answers), the proxy and /usage fuzz properties at three times their
  * runs. The /ws fuzz runs at its own scale in `npm test` only: beyond its 42 fixed runs it meets a known race (a
  * resume read before the last tool result of the closed connection is applied), to be fixed before it joins here.
  */
 export const SOAK_FILES = [
   'test/vessels/concurrency.test.ts',
   'test/proxy/budget-race.test.ts',
+  'test/openai-ingress/budget-race.test.ts',
   'test/proxy/budget-burst.test.ts',
   'test/fuzz/proxy.fuzz.test.ts',
   'test/fuzz/usage.fuzz.test.ts',
