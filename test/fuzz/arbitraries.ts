@@ -860,3 +860,299 @@ export function bodyArb(ctx: FuzzContext): fc.Arbitrary<BodyCase> {
 /** A small valid body (no stream) for requests whose point is elsewhere (routing, tokens). */
 export const smallBody = (text = 'hello', model = 'claude-sonnet-4-6', maxTokens = 16) =>
   JSON.stringify({ model, max_tokens: maxTokens, messages: [{ role: 'user', content: text }] });
+
+// ---------------------------------------------------------------------------------------------------------------
+// Chat Completions bodies passed through (POST /v1/chat/completions for OpenAI and OpenRouter models)
+// ---------------------------------------------------------------------------------------------------------------
+
+/**
+ * Models the Chat Completions fuzz names: OpenAI's (a reasoning one among them), OpenRouter's (the project's
+ * custom-priced one, bare and with `or:`, and a catalog one), and two without a price.
+ */
+export const CHAT_MODELS = {
+  openai: ['gpt-4o', 'gpt-4o-mini', 'o3-mini'],
+  openrouter: [`or:${MODELS.openrouterPriced}`, MODELS.openrouterPriced, 'or:meta-llama/llama-3.3-70b-instruct'],
+  unpriced: ['gpt-fuzz-unpriced-0', 'or:fuzz/unpriced-0'],
+};
+
+const chatModelArb = fc.oneof(
+  { weight: 6, arbitrary: fc.constantFrom(...CHAT_MODELS.openai) },
+  { weight: 4, arbitrary: fc.constantFrom(...CHAT_MODELS.openrouter) },
+  { weight: 1, arbitrary: fc.constantFrom(...CHAT_MODELS.unpriced) },
+);
+
+const chatTextPart = fc.record({ type: fc.constant('text'), text: userText() });
+const imageUrlPart = fc.record(
+  {
+    type: fc.constant('image_url'),
+    image_url: fc.record(
+      {
+        url: fc.oneof(
+          fc.base64String({ maxLength: 40 }).map((d) => `data:image/png;base64,${d}`),
+          fc.constantFrom('https://example.com/cat.png', 'http://x', 'data:,', 'not a url'),
+        ),
+        detail: fc.constantFrom('auto', 'low', 'high', 'odd'),
+      },
+      { requiredKeys: ['url'] },
+    ),
+  },
+  { requiredKeys: ['type'] },
+);
+/** Any other part: an unknown type, or a known one the gateway does not read (`file`, `refusal`). */
+const otherPart = fc.oneof(
+  weirdBlock,
+  fc.constantFrom<Record<string, unknown>>(
+    { type: 'file', file: { file_id: 'file-abc' } },
+    { type: 'refusal', refusal: 'no' },
+    { type: 'input_text', text: 'odd' },
+    { type: 'image_url' },
+    { type: 'image_url', image_url: null },
+  ),
+);
+const chatParts = fc.array(fc.oneof({ weight: 4, arbitrary: chatTextPart }, { weight: 1, arbitrary: imageUrlPart }, { weight: 1, arbitrary: otherPart }), {
+  maxLength: 3,
+});
+const chatContent = fc.oneof({ weight: 4, arbitrary: userText() }, { weight: 2, arbitrary: chatParts }, { weight: 1, arbitrary: fc.constant(null) });
+
+/** Messages as OpenAI's clients send them, and odd ones (content of any JSON type, roles OpenAI does not know). */
+const chatMessageArb = fc.oneof(
+  { weight: 8, arbitrary: fc.record({ role: fc.constantFrom('user', 'user', 'assistant', 'system', 'developer'), content: chatContent }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ role: fc.constant('user'), content: userText(), name: fc.string({ maxLength: 8 }) }, { requiredKeys: ['role', 'content'] }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom<Record<string, unknown>>(
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get', arguments: '{"a":1}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
+      { role: 'tool', content: [{ type: 'text', text: 'no id' }] },
+      { role: 'function', name: 'get', content: '42' },
+      { role: 'assistant', content: [{ type: 'refusal', refusal: 'no' }] },
+    ),
+  },
+  { weight: 1, arbitrary: fc.record({ role: roleArb, content: fc.oneof(fc.jsonValue({ maxDepth: 2 }), userText()) }) },
+);
+
+/**
+ * An output limit as a client may set it: small, large, absurd, or null (not set). Not yet above 10^12: a limit whose
+ * worst case (limit × n × the output rate) passes 2^53 µ$ is a 500 today (reported with issue 29's passthrough: the
+ * reservation's amount is not a safe integer); the values the gateway must refuse as unsafe integers are in
+ * CHAT_REFUSED.
+ */
+const chatLimitArb = fc.oneof(
+  { weight: 6, arbitrary: fc.integer({ min: 1, max: 4096 }) },
+  { weight: 2, arbitrary: fc.integer({ min: 4097, max: 1_000_000 }) },
+  { weight: 1, arbitrary: fc.constantFrom<number | null>(1, 15, 16, 17, 2 ** 31, 10 ** 12, null) },
+);
+
+/** Fields the gateway passes through unread (OpenAI's, OpenRouter's, unknown ones, and names that trip naive code). */
+const chatExtrasArb = fc.record(
+  {
+    temperature: fc.oneof(fc.double({ min: 0, max: 2, noNaN: true }), fc.constantFrom(-1, 1e308)),
+    top_p: fc.double({ min: 0, max: 1, noNaN: true }),
+    seed: fc.integer(),
+    logprobs: fc.boolean(),
+    top_logprobs: fc.integer({ min: 0, max: 20 }),
+    user: userText(20),
+    safety_identifier: fc.string({ maxLength: 12 }),
+    metadata: fc.dictionary(fc.string({ maxLength: 6 }), fc.string({ maxLength: 10 }), { maxKeys: 2 }),
+    store: fc.boolean(),
+    service_tier: fc.constantFrom('auto', 'default', 'flex', null),
+    response_format: fc.constantFrom<unknown>(
+      { type: 'text' },
+      { type: 'json_object' },
+      { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string' } } } } },
+    ),
+    tools: fc.array(
+      fc.record({
+        type: fc.constant('function'),
+        function: fc.record({ name: fc.stringMatching(/^[a-z_]{1,10}$/), parameters: fc.constant({ type: 'object', properties: {} }) }),
+      }),
+      { maxLength: 2 },
+    ),
+    tool_choice: fc.constantFrom<unknown>('auto', 'none', 'required', { type: 'function', function: { name: 'f' } }),
+    parallel_tool_calls: fc.boolean(),
+    stop: fc.oneof(userText(8), fc.array(userText(8), { maxLength: 4 }), fc.constant(null)),
+    reasoning_effort: fc.constantFrom('minimal', 'low', 'medium', 'high', 'odd'),
+    logit_bias: fc.dictionary(fc.stringMatching(/^\d{1,5}$/), fc.integer({ min: -100, max: 100 }), { maxKeys: 2 }),
+    frequency_penalty: fc.double({ min: -2, max: 2, noNaN: true }),
+    prediction: fc.constant({ type: 'content', content: 'guess' }),
+    web_search_options: fc.constantFrom<unknown>({}, { search_context_size: 'low' }, null),
+    modalities: fc.constantFrom<unknown>(['text'], 'audio', [], null),
+    // OpenRouter's
+    provider: fc.constantFrom<unknown>({ sort: 'price' }, { order: ['a', 'b'], allow_fallbacks: false }),
+    usage: fc.constantFrom<unknown>({ include: true }, { include: false }, 'x', null),
+    transforms: fc.constantFrom<unknown>([], ['middle-out']),
+    // unknown to everyone
+    some_future_field: fc.jsonValue({ maxDepth: 3 }),
+    __proto__: fc.dictionary(fc.string({ maxLength: 4 }), fc.jsonValue({ maxDepth: 1 }), { maxKeys: 2 }),
+    constructor: fc.jsonValue({ maxDepth: 1 }),
+  },
+  { requiredKeys: [] },
+);
+
+/** `stream_options` as clients send it, with and without include_usage (and shapes OpenAI does not document). */
+const streamOptionsArb = fc.constantFrom<unknown>(
+  { include_usage: true },
+  { include_usage: true },
+  { include_usage: false },
+  {},
+  null,
+  { include_usage: 'yes' },
+  { include_usage: 1 },
+  { include_usage: true, continuous_usage_stats: true },
+  { include_obfuscation: false },
+);
+
+/** Defines each key as an own property, `__proto__` included (JSON.parse makes it one, so the body means the same). */
+function withOwnKeys(parts: Record<string, unknown>[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const part of parts) {
+    for (const [k, v] of Object.entries(part)) Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
+
+/** A Chat Completions body for an OpenAI or OpenRouter model that the gateway passes through: valid before mutation. */
+export const validChatBodyArb = fc
+  .record(
+    {
+      model: chatModelArb,
+      messages: fc.array(chatMessageArb, { minLength: 1, maxLength: 4 }),
+      max_completion_tokens: chatLimitArb,
+      max_tokens: chatLimitArb,
+      n: fc.oneof(
+        { weight: 3, arbitrary: fc.constant(1) },
+        { weight: 3, arbitrary: fc.integer({ min: 2, max: 4 }) },
+        { weight: 1, arbitrary: fc.constantFrom(128, null) },
+      ),
+      stream: fc.oneof({ weight: 4, arbitrary: fc.boolean() }, { weight: 1, arbitrary: fc.constant(null) }),
+      stream_options: streamOptionsArb,
+      extras: chatExtrasArb,
+    },
+    { requiredKeys: ['model', 'messages'] },
+  )
+  .map(({ extras, n, ...body }) => {
+    // n above 1 is OpenAI's alone (elsewhere a 400 the mutations ask for on purpose).
+    const choices = n !== undefined && n !== null && n > 1 && !CHAT_MODELS.openai.includes(body.model) ? undefined : n;
+    return withOwnKeys([body, choices === undefined ? {} : { n: choices }, extras ?? {}]);
+  });
+
+/** Each field the gateway reads of a passed-through body, with the values it must refuse (400 naming the field). */
+const CHAT_REFUSED: [string, unknown[]][] = [
+  ['max_completion_tokens', [0, -1, 1.5, '100', true, [], {}, 2 ** 53, -0.5]],
+  ['max_tokens', [0, -1, 1.5, '100', false, [16], { n: 1 }, 2 ** 53 + 2]],
+  ['n', [0, -1, 1.5, 129, 1000, '2', true, [], {}, 2 ** 53]],
+  ['stream', ['yes', 'true', 1, 0, [], {}]],
+  ['stream_options', [[], 'x', 1, true, [{ include_usage: true }]]],
+  ['audio', [{ voice: 'alloy', format: 'wav' }, {}, 'alloy', 0, false]],
+  ['modalities', [['text', 'audio'], ['audio']]],
+  ['service_tier', ['priority', 'scale']],
+];
+
+/**
+ * A Chat Completions body for an OpenAI or OpenRouter model: valid (half the time), or valid then mutated — a field the
+ * gateway reads given a value it must refuse, n above 1 for OpenRouter, an audio part, limits as odd number literals,
+ * broken or missing messages, huge or many messages, another model, a non-object or non-JSON body, duplicate keys,
+ * deep nesting, bad UTF-8.
+ */
+export function chatBodyArb(ctx: FuzzContext): fc.Arbitrary<BodyCase> {
+  const maxDepth = ctx.limits.maxJsonDepth;
+  const mutated = fc.tuple(validChatBodyArb, fc.nat()).chain(([body, n]) => {
+    const text = JSON.stringify(body);
+    const msgs = body.messages as unknown[];
+    const i = n % msgs.length;
+    const withField = (k: string, v: unknown) => withOwnKeys([body, { [k]: v }]);
+    const options: fc.Arbitrary<Omit<BodyCase, 'contentType'>>[] = [
+      fc
+        .constantFrom(...CHAT_REFUSED)
+        .chain(([k, values]) => fc.tuple(fc.constant(k), fc.constantFrom(...values)))
+        .map(([k, v]) => asCase(`${k} = ${JSON.stringify(v)}`, JSON.stringify(withField(k, v)))),
+      // Any value at all in a field the gateway reads: some are refused, some (null, a valid one) are not.
+      fc
+        .tuple(fc.constantFrom('max_completion_tokens', 'max_tokens', 'n', 'stream', 'stream_options', 'service_tier', 'modalities'), wrongValue)
+        .map(([k, v]) => asCase(`${k} = ${String(JSON.stringify(v)).slice(0, 40)}`, JSON.stringify(withField(k, v)))),
+      fc.constantFrom(...CHAT_MODELS.openrouter).map((model) => asCase(`n = 2 for ${model}`, JSON.stringify(withOwnKeys([body, { model, n: 2 }])))),
+      fc
+        .tuple(fc.constantFrom('max_completion_tokens', 'max_tokens', 'n'), maxTokensText(undefined))
+        .map(([k, num]) => asCase(`${k} as ${num}`, JSON.stringify(withField(k, 0)).replace(`"${k}":0`, `"${k}":${num}`))),
+      fc.constantFrom<unknown>({ data: 'AAAA', format: 'wav' }, null).map((audio) => {
+        const copy = [...msgs];
+        copy[i] = {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'listen' },
+            { type: 'input_audio', input_audio: audio },
+          ],
+        };
+        return asCase(`an input_audio part in messages[${i}]`, JSON.stringify(withField('messages', copy)));
+      }),
+      fc.constantFrom<unknown>(undefined, null, 'hello', 42, {}, [], [null], [1, 'x'], [{}], [{ role: 'user' }], [{ content: 'no role' }]).map((m) => {
+        if (m === undefined) {
+          const { messages: _gone, ...rest } = body;
+          return asCase('without messages', JSON.stringify(withOwnKeys([rest])));
+        }
+        return asCase(`messages = ${JSON.stringify(m)}`, JSON.stringify(withField('messages', m)));
+      }),
+      fc.constantFrom<unknown>(undefined, '', 5, null, ['gpt-4o'], { id: 'gpt-4o' }, 'claude-sonnet-4-6', 'GPT-4O', ' gpt-4o').map((model) => {
+        if (model === undefined) {
+          const { model: _gone, ...rest } = body;
+          return asCase('without model', JSON.stringify(withOwnKeys([rest])));
+        }
+        return asCase(`model = ${JSON.stringify(model)}`, JSON.stringify(withField('model', model)));
+      }),
+      // Huge or many messages, well within the body limit (at most 6 bytes of JSON a character: under 5 MB).
+      fc.tuple(fc.integer({ min: 100_000, max: 800_000 }), fc.constantFrom('x', 'é', '🙂', 'word ', '\u0000')).map(([chars, unit]) => {
+        const copy = [...msgs];
+        copy[i] = { role: 'user', content: unit.repeat(Math.ceil(chars / unit.length)) };
+        return asCase(`a message of ${chars} × ${JSON.stringify(unit)}`, JSON.stringify(withField('messages', copy)));
+      }),
+      fc.integer({ min: 500, max: 5_000 }).map((count) =>
+        asCase(
+          `${count} messages`,
+          JSON.stringify(
+            withField(
+              'messages',
+              Array.from({ length: count }, (_, k) => ({ role: k % 2 ? 'assistant' : 'user', content: `m${k}` })),
+            ),
+          ),
+        ),
+      ),
+      fc
+        .tuple(
+          fc.oneof(
+            { weight: 2, arbitrary: fc.integer({ min: 1, max: Math.max(1, maxDepth - 3) }) },
+            { weight: 2, arbitrary: fc.integer({ min: maxDepth + 1, max: maxDepth + 50 }) },
+            { weight: 1, arbitrary: fc.integer({ min: 1000, max: 60_000 }) },
+          ),
+          fc.constantFrom('array', 'object', 'mixed') as fc.Arbitrary<'array' | 'object' | 'mixed'>,
+        )
+        .map(([depth, kind]) => asCase(`extra field nested ${depth} deep (${kind})`, `${text.slice(0, -1)},"x_deep":${nested(depth, kind)}}`)),
+      fc
+        .oneof(
+          fc.constantFrom('', ' ', 'null', '[]', '42', '"text"', 'true', '{', '{"model":', '}', '{}', '[{}]', '{"model":"gpt-4o",}', "{'model':'gpt-4o'}"),
+          fc.nat({ max: Math.max(1, text.length - 1) }).map((k) => text.slice(0, k)),
+        )
+        .map((t) => asCase(`body ${JSON.stringify(t).slice(0, 40)}`, t)),
+      fc
+        .constantFrom('"n":0', '"n":3', '"stream":"yes"', '"model":5', '"max_tokens":-1', '"stream_options":[]', '"audio":{}')
+        .map((dup) => asCase(`duplicate key ${dup} first`, `{${dup},${text.slice(1)}`)),
+      fc.constantFrom(Buffer.from([0xff]), Buffer.from([0xc3]), Buffer.from([0xed, 0xa0, 0x80])).map((junk) => {
+        const [a, b] = JSON.stringify(withField('messages', [{ role: 'user', content: '__JUNK__' }])).split('__JUNK__') as [string, string];
+        return asCase(`invalid UTF-8 ${junk.toString('hex')} in content`, Buffer.concat([Buffer.from(a), junk, Buffer.from(b)]));
+      }),
+      fc.constant(asCase('byte-order mark before the JSON', `\ufeff${text}`)),
+    ];
+    return fc.oneof(...options);
+  });
+  return fc
+    .tuple(
+      fc.oneof({ weight: 1, arbitrary: validChatBodyArb.map((b) => asCase('valid body', JSON.stringify(b))) }, { weight: 1, arbitrary: mutated }),
+      fc.oneof(
+        { weight: 8, arbitrary: fc.constant<string | undefined>('application/json') },
+        { weight: 1, arbitrary: fc.constantFrom<string | undefined>(undefined, 'text/plain', 'application/json; charset=utf-8') },
+      ),
+    )
+    .map(([c, contentType]) => ({ ...c, contentType }));
+}

@@ -1,15 +1,20 @@
 /**
- * Property-based fuzzing of the proxy (the channeling URL: /v1/messages, /v1/messages/count_tokens, /v1/models[/id])
- * and of the routing in front of both apps, over real HTTP against one whole local gateway (simulated upstreams,
- * DynamoDB Local). Every generated request is judged by test/support/fuzz-oracle.ts from the bytes sent:
+ * Property-based fuzzing of the proxy (the channeling URL: /v1/messages, /v1/messages/count_tokens, /v1/models[/id],
+ * and /v1/chat/completions with the bodies it passes through to OpenAI and OpenRouter) and of the routing in front of
+ * both apps, over real HTTP against one whole local gateway (simulated upstreams, DynamoDB Local). Every generated
+ * request is judged by test/support/fuzz-oracle.ts from the bytes sent:
  *
  *   - never a 5xx (the simulated upstream is never told to fail: generated text holds no `[[` directive);
  *   - the exact status the contract gives (or, where it leaves the order of two refusals open, one of them);
- *   - errors in the route's envelope (proxy: Anthropic's; conjure: {error, message?}) and a request-id on every answer;
+ *   - errors in the route's envelope (proxy: Anthropic's; /v1/chat/completions: exactly OpenAI's
+ *     {error:{message, type, param, code}} with x-should-retry; conjure: {error, message?}) and a request-id on every
+ *     answer;
  *   - after every request of a valid caller: no reservation left (openHolds 0, reserved 0) and the ledger moved by
- *     exactly the charge (0 for a refusal; tokens × price for an answer); at the end no hold anywhere in the table.
+ *     exactly the charge (0 for a refusal; tokens × price for an answer — for a passed-through stream whose client
+ *     did not ask for usage, the simulated upstream's own count of what it sent); at the end no hold anywhere in the
+ *     table.
  *
- * Runs in CI with a fixed seed (both fuzz files: about 4,200 requests). Larger local run — about 80,000 requests,
+ * Runs in CI with a fixed seed (both fuzz files: about 4,600 requests). Larger local run — about 80,000 requests,
  * 10–15 minutes on 2 cores (FUZZ_RUNS=3 took 95 s for 12,000):
  *
  *   FUZZ_RUNS=20 npx vitest run test/fuzz
@@ -20,6 +25,7 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { countWords, estimateInputTokens } from '../../bin/local/upstreams/script.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import {
   conjureEnvelopeProblem,
@@ -31,7 +37,16 @@ import {
   sseEvents,
 } from '../support/envelope.ts';
 import { checkProperty, FUZZ_SCALE, FUZZ_SEED, fuzzTimeout, runs } from '../support/fuzz.ts';
-import { CUSTOM_PRICES, expectFor, isPriced, type Expectation, type FuzzRequestSpec } from '../support/fuzz-oracle.ts';
+import {
+  chatChargeOf,
+  CUSTOM_PRICES,
+  expectFor,
+  isPassthrough,
+  isPriced,
+  type ChatUsage,
+  type Expectation,
+  type FuzzRequestSpec,
+} from '../support/fuzz-oracle.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
 import { gatewayLimits } from '../support/limits.ts';
@@ -40,6 +55,8 @@ import { curlFor, rawClient, type RawClient, type RawRequest, type RawResponse }
 import {
   BIG_BUDGET,
   bodyArb,
+  CHAT_MODELS,
+  chatBodyArb,
   credentialsArb,
   goodTokenArb,
   hostArb,
@@ -87,6 +104,8 @@ beforeAll(async () => {
   expect(catalog.length).toBeGreaterThan(0);
   for (const m of MODELS.claude) expect(isPriced(m), `${m} must be priced`).toBe(true);
   expect(isPriced(MODELS.claudeUnpriced), `${MODELS.claudeUnpriced} must have no price`).toBe(false);
+  for (const m of [...CHAT_MODELS.openai, ...CHAT_MODELS.openrouter]) expect(isPriced(m), `${m} must be priced`).toBe(true);
+  for (const m of CHAT_MODELS.unpriced) expect(isPriced(m), `${m} must have no price`).toBe(false);
   ctx = { projectId: gw.projectId, secret: gw.secret, catalog, limits };
   console.log(`[fuzz] proxy: FUZZ_SEED=${FUZZ_SEED} FUZZ_RUNS=${FUZZ_SCALE}; limits ${JSON.stringify(limits)}`);
 });
@@ -143,6 +162,7 @@ async function exercise(c: Case): Promise<void> {
   if (res.status >= 500) problems.push(`${res.status}: a 5xx for a client's request`);
   else if (!exp.statuses.includes(res.status) && !parserRefusal) problems.push(`status ${res.status}`);
   problems.push(...(parserRefusal ? parserAnswerProblems(res) : responseProblems(res, exp.app, c.method)));
+  if (exp.app === 'openai' && res.status >= 400 && c.method !== 'HEAD' && !parserRefusal) problems.push(...openaiErrorProblems(res));
   if (res.status === 200 && exp.route && c.method !== 'HEAD') problems.push(...successProblems(res, exp, c));
   if (exp.caller && !parserRefusal && (exp.route === 'messages' || exp.route === 'count_tokens' || exp.route === 'chat_completions'))
     problems.push(...(await ledgerProblems(exp, res)));
@@ -170,6 +190,9 @@ function successProblems(res: RawResponse, exp: Expectation, c: Case): string[] 
       case 'count_tokens':
         if (typeof json().input_tokens !== 'number') problems.push('count_tokens answer without input_tokens');
         break;
+      case 'chat_completions':
+        if (isPassthrough(exp.body)) problems.push(...passthroughAnswerProblems(res, exp.body!));
+        break;
       case 'messages': {
         if (exp.body?.stream === true) {
           if (!String(res.headers['content-type']).startsWith('text/event-stream')) problems.push(`stream answered as ${res.headers['content-type']}`);
@@ -190,11 +213,90 @@ function successProblems(res: RawResponse, exp: Expectation, c: Case): string[] 
   return problems;
 }
 
+/**
+ * The whole of OpenAI's error envelope, as its SDKs read it: exactly `{error:{message, type, param, code}}`, a message
+ * and a type, `param` and `code` each a string or null, and the retry hint the SDKs read before their own rules.
+ */
+function openaiErrorProblems(res: RawResponse): string[] {
+  const problems: string[] = [];
+  let body: { error?: Record<string, unknown> } | undefined;
+  try {
+    body = JSON.parse(res.text) as typeof body;
+  } catch {
+    return []; // reported by responseProblems
+  }
+  const error = body?.error;
+  if (!body || Object.keys(body).join() !== 'error' || !error) return ['the error body has keys other than `error`'];
+  const keys = Object.keys(error).sort().join();
+  if (keys !== 'code,message,param,type') problems.push(`error keys are ${keys}, not code,message,param,type`);
+  if (typeof error.message !== 'string' || error.message.trim() === '') problems.push('error.message is not a non-empty string');
+  if (typeof error.type !== 'string' || error.type === '') problems.push('error.type is not a non-empty string');
+  for (const k of ['param', 'code']) if (error[k] !== null && typeof error[k] !== 'string') problems.push(`error.${k} is ${JSON.stringify(error[k])}`);
+  if (!['true', 'false'].includes(String(res.headers['x-should-retry']))) problems.push(`x-should-retry is ${res.headers['x-should-retry']}`);
+  return problems;
+}
+
+/** The `data:` payloads of a passed-through stream, `[DONE]` as the string it is. */
+const chunksOf = (res: RawResponse) => sseEvents(res.text).map((e) => e.data);
+const includesUsage = (body: Record<string, unknown>) =>
+  body.stream === true && typeof body.stream_options === 'object' && (body.stream_options as { include_usage?: unknown } | null)?.include_usage === true;
+const choicesOf = (body: Record<string, unknown>) => (typeof body.n === 'number' ? body.n : 1);
+
+/**
+ * A 200 of a passed-through body (docs/openai.md, "OpenAI and OpenRouter models"): JSON with its n choices and its cost
+ * header; or a stream of chunks for each choice ending `[DONE]`, without an error chunk, whose usage chunk is there
+ * exactly when the client asked for it.
+ */
+function passthroughAnswerProblems(res: RawResponse, body: Record<string, unknown>): string[] {
+  const problems: string[] = [];
+  const choices = choicesOf(body);
+  if (body.stream !== true) {
+    const completion = JSON.parse(res.text) as { object?: unknown; choices?: unknown[]; usage?: unknown };
+    if (completion.object !== 'chat.completion') problems.push(`200 without a chat.completion: object ${JSON.stringify(completion.object)}`);
+    if (completion.choices?.length !== choices) problems.push(`${completion.choices?.length} choices for n = ${choices}`);
+    if (!/^\d+$/.test(String(res.headers['x-gateway-cost-microdollars']))) problems.push('no x-gateway-cost-microdollars header');
+    return problems;
+  }
+  if (!String(res.headers['content-type']).startsWith('text/event-stream')) problems.push(`stream answered as ${res.headers['content-type']}`);
+  const data = chunksOf(res);
+  if (data.at(-1) !== '[DONE]') problems.push(`the stream does not end with [DONE] (last: ${JSON.stringify(data.at(-1)).slice(0, 200)})`);
+  const chunks = data.filter((d): d is Record<string, unknown> => typeof d === 'object' && d !== null);
+  if (chunks.some((c) => c.error !== undefined)) problems.push('the stream carries an error chunk though the upstream was healthy');
+  const usage = chunks.filter((c) => c.usage !== undefined && c.usage !== null);
+  if (includesUsage(body) && usage.length !== 1) problems.push(`${usage.length} usage chunks, though the client asked for usage`);
+  if (!includesUsage(body) && chunks.some((c) => 'usage' in c)) problems.push('a usage the client did not ask for reached it');
+  const indexes = new Set(chunks.flatMap((c) => (c.choices as { index: number }[] | undefined)?.map((ch) => ch.index) ?? []));
+  if (indexes.size !== choices) problems.push(`chunks for choices ${[...indexes].join(',')}, n = ${choices}`);
+  return problems;
+}
+
+/**
+ * What a passed-through answer is charged, from the answer alone: its usage × price (JSON, or a stream's usage chunk);
+ * for a stream whose client did not ask for usage, the simulated upstream's own count of what it sent — its prompt
+ * count of the body, one output token per word of each choice's content (bin/local/upstreams/script.ts).
+ */
+function passthroughCharge(res: RawResponse, body: Record<string, unknown>): number {
+  if (body.stream !== true) {
+    const computed = chatChargeOf(body, (JSON.parse(res.text) as { usage: ChatUsage }).usage);
+    return computed === Number(res.headers['x-gateway-cost-microdollars']) ? computed : Number.NaN;
+  }
+  const chunks = chunksOf(res).filter((d): d is Record<string, unknown> => typeof d === 'object' && d !== null);
+  if (includesUsage(body)) return chatChargeOf(body, chunks.find((c) => c.usage)!.usage as ChatUsage);
+  const content = new Map<number, string>();
+  for (const c of chunks) {
+    for (const ch of (c.choices ?? []) as { index: number; delta?: { content?: unknown } }[]) {
+      if (typeof ch.delta?.content === 'string') content.set(ch.index, (content.get(ch.index) ?? '') + ch.delta.content);
+    }
+  }
+  const words = [...content.values()].reduce((sum, text) => sum + countWords(text), 0);
+  return chatChargeOf(body, { prompt_tokens: estimateInputTokens(body), completion_tokens: words });
+}
+
 /** The charge a successful answer implies, when the fuzz can compute it from the usage the answer carries. */
 function expectedCharge(res: RawResponse, exp: Expectation): number | undefined {
-  // An answer of the OpenAI-compatible route is priced by its own tests (test/openai-ingress); here its charge only
-  // moves the caller's baseline, so the next answer's check starts from the ledger as it is.
-  if (exp.route === 'chat_completions' && res.status === 200) return undefined;
+  // A Claude model's answer on the OpenAI-compatible route is priced by its own tests (test/openai-ingress); here its
+  // charge only moves the caller's baseline, so the next answer's check starts from the ledger as it is.
+  if (exp.route === 'chat_completions' && res.status === 200) return isPassthrough(exp.body) ? passthroughCharge(res, exp.body!) : undefined;
   if (exp.route !== 'messages' || res.status !== 200) return 0;
   const model = exp.body?.model as string;
   const rates = CLAUDE_RATES[model];
@@ -230,7 +332,7 @@ async function ledgerProblems(exp: Expectation, res: RawResponse): Promise<strin
   const before = charged.get(caller.sub) ?? 0;
   const charge = expectedCharge(res, exp);
   if (Number.isNaN(charge))
-    problems.push(`x-gateway-cost-microdollars ${res.headers['x-gateway-cost-microdollars']} is not input × rate + output × rate of the usage in the answer`);
+    problems.push(`x-gateway-cost-microdollars ${res.headers['x-gateway-cost-microdollars']} is not the price of the usage in the answer`);
   else if (charge === undefined) {
     if (usage.used.ai < before) problems.push(`used went down: ${before} → ${usage.used.ai}`);
   } else if (usage.used.ai !== before + charge) {
@@ -273,6 +375,11 @@ const contentTypeArb = fc.oneof(
   },
 );
 
+const chatPath = fc.oneof(
+  { weight: 8, arbitrary: fc.constant('/v1/chat/completions') },
+  { weight: 1, arbitrary: fc.constantFrom('//v1/chat/completions', '/V1/chat/completions', '/v1/chat/completions/', '/v1//chat//completions') },
+);
+
 const messagesPath = fc.oneof(
   { weight: 6, arbitrary: fc.constant('/v1/messages') },
   { weight: 1, arbitrary: fc.constantFrom('//v1/messages', '/V1/messages', '/v1/messages/', '/v1//messages', '///V1///messages//', '/v1/messages?beta=true') },
@@ -304,6 +411,20 @@ describe('proxy fuzz', () => {
           await exercise({ method: 'POST', path, host, creds, body: body.bytes, contentType: body.contentType, why: body.why });
         }),
         runs(500),
+      );
+    },
+    fuzzTimeout(90_000),
+  );
+
+  it(
+    'chat completions: generated and mutated bodies for OpenAI and OpenRouter models (passed through)',
+    async () => {
+      await checkProperty(
+        'chat completions: generated and mutated bodies for OpenAI and OpenRouter models (passed through)',
+        fc.asyncProperty(chatPath, mostlyGood(), chatBodyArb(ctx), async (path, creds, body) => {
+          await exercise({ method: 'POST', path, creds, body: body.bytes, contentType: body.contentType, why: body.why });
+        }),
+        runs(400),
       );
     },
     fuzzTimeout(90_000),

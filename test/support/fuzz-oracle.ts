@@ -1,6 +1,6 @@
 import { hasDuplicateKeys } from '../../lambdas/auth/json-keys.ts';
 import { jsonDepth } from '../../lambdas/http/body.ts';
-import { priceFor, type PriceProvider } from '../../lambdas/pricing/prices.ts';
+import { charge, priceFor, type ModelPricing, type PriceProvider } from '../../lambdas/pricing/prices.ts';
 import type { Credentials, FuzzContext, GoodToken } from '../fuzz/arbitraries.ts';
 import { MODELS, validLimit } from '../fuzz/arbitraries.ts';
 
@@ -176,13 +176,16 @@ function routeOutcome(req: FuzzRequestSpec, info: PathInfo, ctx: FuzzContext): O
       const model = modelOutcome(judged.body, info.route);
       return { statuses: [...model.statuses, ...judged.alsoAllowed], caller, body: judged.body, why: `${judged.why}; ${model.why}` };
     }
-    case 'chat_completions':
-      // The fuzz of this route's bodies comes with the rest of issue 29; here the routing: a bad token is 401, and a
-      // fuzzed body may be refused (400, 413), or answered, clamped or refused for the budget — never a 5xx.
-      // The caller is named so the ledger is checked too: no hold left, a refusal charged nothing.
-      return caller
-        ? { statuses: [200, 400, 413, 429], caller, why: 'POST /v1/chat/completions with valid credentials' }
-        : { statuses: [400, 401, 413], why: 'POST /v1/chat/completions without valid credentials' };
+    case 'chat_completions': {
+      // A body for an OpenAI or OpenRouter model is judged exactly (judgeChatBody); one for a Claude model is
+      // translated, and its bodies are fuzzed by the routing property only: refused (400, 413), or answered, clamped
+      // or refused for the budget — never a 5xx. The caller is named so the ledger is checked too: no hold left, a
+      // refusal charged nothing, an answer passed through charged exactly its usage × price.
+      const judged = judgeChatBody(req.body ?? Buffer.alloc(0), ctx);
+      if (!caller) return { statuses: judged.ok ? [401] : [401, ...judged.statuses], why: `no valid proxy credentials; body: ${judged.why}` };
+      if (!judged.ok) return { statuses: judged.statuses, caller, why: judged.why };
+      return { statuses: [...judged.statuses, ...judged.alsoAllowed], caller, body: judged.body, why: judged.why };
+    }
     case 'prompt':
     case 'incubate':
     case 'incubate_batch':
@@ -317,4 +320,114 @@ function modelOutcome(body: Record<string, unknown>, route: 'messages' | 'count_
   return plain(body)
     ? { statuses: [200], why: `plain request translated for ${provider}` }
     : { statuses: [200, 400], why: `request translated for ${provider}` };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Chat Completions bodies (POST /v1/chat/completions)
+// ---------------------------------------------------------------------------------------------------------------
+
+type ChatJudged =
+  | { ok: false; statuses: number[]; why: string }
+  | { ok: true; body: Record<string, unknown>; statuses: number[]; alsoAllowed: number[]; why: string };
+
+const present = (v: unknown) => v !== undefined && v !== null;
+const isPositiveInteger = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 1;
+
+/** OpenAI's largest `n` (docs/openai.md, "OpenAI and OpenRouter models"). */
+const MAX_CHOICES = 128;
+
+/**
+ * What the gateway refuses of a body it passes through (docs/openai.md, "OpenAI and OpenRouter models"): only what it
+ * needs to route, bound and meter the request — the output limits, `n` (above 1 for OpenAI only), `stream` and
+ * `stream_options` shapes — and what it cannot meter (audio in or out, priority processing). Everything else is the
+ * upstream's to judge.
+ */
+function passthroughProblem(v: Record<string, unknown>, provider: PriceProvider): string | undefined {
+  for (const field of ['max_completion_tokens', 'max_tokens']) {
+    if (present(v[field]) && !isPositiveInteger(v[field])) return `${field} ${JSON.stringify(v[field])} is not a positive integer`;
+  }
+  if (present(v.n) && (!isPositiveInteger(v.n) || (v.n as number) > MAX_CHOICES)) return `n ${JSON.stringify(v.n)} is not from 1 to ${MAX_CHOICES}`;
+  if (present(v.n) && (v.n as number) > 1 && provider !== 'openai') return `n ${v.n} for a ${provider} model`;
+  if (present(v.stream) && typeof v.stream !== 'boolean') return 'stream is not a boolean';
+  if (present(v.stream_options) && !isObject(v.stream_options)) return 'stream_options is not an object';
+  if (present(v.audio)) return 'audio output';
+  if (Array.isArray(v.modalities) && v.modalities.includes('audio')) return 'audio modality';
+  if (Array.isArray(v.messages)) {
+    for (const m of v.messages) {
+      if (isObject(m) && Array.isArray(m.content) && m.content.some((p) => isObject(p) && p.type === 'input_audio')) return 'an input_audio part';
+    }
+  }
+  if (v.service_tier === 'priority' || v.service_tier === 'scale') return `service_tier ${v.service_tier}`;
+  return undefined;
+}
+
+/**
+ * The route's judgement of a body: the same body rules as the Anthropic route (size, UTF-8, depth, JSON, an object
+ * with a model), then, for an OpenAI or OpenRouter model, the passthrough's own checks, the price, and the one
+ * thing the simulated upstream refuses of what is generated (`messages` not an array): exactly 200 or 400.
+ */
+export function judgeChatBody(bytes: Buffer, ctx: FuzzContext): ChatJudged {
+  const { maxBodyBytes, maxJsonDepth } = ctx.limits;
+  if (bytes.length > maxBodyBytes) return { ok: false, statuses: [413], why: `body of ${bytes.length} bytes` };
+  const alsoAllowed: number[] = [];
+  let text = bytes.toString('utf8');
+  if (!validUtf8(bytes)) alsoAllowed.push(400);
+  if (text.startsWith('\ufeff')) {
+    text = text.slice(1);
+    alsoAllowed.push(400);
+  }
+  const depth = jsonDepth(text);
+  if (depth > maxJsonDepth) return { ok: false, statuses: [400], why: `JSON nested ${depth} deep` };
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return { ok: false, statuses: [400], why: 'not JSON' };
+  }
+  if (hasDuplicateKeys(text)) alsoAllowed.push(400);
+  if (!isObject(value)) return { ok: false, statuses: [400], why: 'body is not an object' };
+  const model = value.model;
+  if (typeof model !== 'string' || model === '') return { ok: false, statuses: [400], why: 'model' };
+  const { provider } = providerOf(model);
+  // A Claude model: translated to Anthropic's format (test/openai-ingress/translation.test.ts judges that exactly).
+  if (provider === 'anthropic') return { ok: true, body: value, statuses: [200, 400, 413, 429], alsoAllowed, why: `translated for ${model}` };
+  const problem = passthroughProblem(value, provider);
+  if (problem) return { ok: false, statuses: [400, ...alsoAllowed], why: problem };
+  if (!isPriced(model)) return { ok: false, statuses: [400, ...alsoAllowed], why: `unpriced model ${JSON.stringify(model)}` };
+  if (!Array.isArray(value.messages)) return { ok: false, statuses: [400, ...alsoAllowed], why: 'messages is not an array (the upstream’s 400)' };
+  return { ok: true, body: value, statuses: [200], alsoAllowed, why: `passed through to ${provider}` };
+}
+
+/** Whether a Chat Completions body goes through to OpenAI or OpenRouter (not translated to Anthropic). */
+export const isPassthrough = (body: Record<string, unknown> | undefined): boolean =>
+  typeof body?.model === 'string' && providerOf(body.model).provider !== 'anthropic';
+
+/** The price a passed-through model is metered at: a custom price of its name or upstream name, else the catalog's. */
+export function chatPricing(model: string): ModelPricing | undefined {
+  const { provider, upstream } = providerOf(model);
+  for (const name of [model, upstream]) if (Object.hasOwn(CUSTOM_PRICES, name)) return priceFor(name, provider, CUSTOM_PRICES);
+  return priceFor(upstream, provider, CUSTOM_PRICES);
+}
+
+export interface ChatUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  prompt_tokens_details?: { cached_tokens?: number | null } | null;
+}
+
+/**
+ * The charge of a passed-through answer from its usage (docs/openai.md): the prompt less its cached part at the input
+ * rate, the cached part at the cache-read rate, the completion (all choices) at the output rate, and one web search's
+ * fee when `web_search_options` asked for one.
+ */
+export function chatChargeOf(body: Record<string, unknown>, usage: ChatUsage): number {
+  const pricing = chatPricing(body.model as string);
+  if (!pricing) throw new Error(`no price for ${String(body.model)}`);
+  const cached = usage.prompt_tokens_details?.cached_tokens ?? 0;
+  return charge(pricing, {
+    input_tokens: usage.prompt_tokens - cached,
+    output_tokens: usage.completion_tokens,
+    cache_read_input_tokens: cached,
+    web_search_requests: present(body.web_search_options) ? 1 : 0,
+  }).microdollars;
 }
