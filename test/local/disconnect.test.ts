@@ -21,7 +21,9 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { estimateInputTokens, makeWords, wordChunks } from '../../bin/local/upstreams/script.ts';
+import { estimateInputTokens as inputBound } from '../../lambdas/metering/estimate.ts';
 import { anthropicRequest } from '../../lambdas/openai-ingress/request.ts';
+import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { startGatewayProcess, type GatewayProcess } from '../support/gateway-process.ts';
 import { RawConn } from '../support/raw-conn.ts';
 
@@ -280,6 +282,95 @@ describe('a client of POST /v1/chat/completions that disconnects (the OpenAI-com
     const charge = await afterDisconnect(g, before);
     expect(charge, `charge ${charge} µ$`).toBeGreaterThanOrEqual(input + seen * OUTPUT_RATE);
     expect(charge, `charge ${charge} µ$: the gateway read the stream to its end after the client left`).toBeLessThan(input + words * OUTPUT_RATE);
+  });
+});
+
+describe('a client of a passed-through stream (gpt-4o on POST /v1/chat/completions) that disconnects', () => {
+  // The development project holds a placeholder OpenAI key while the upstreams are simulated (bin/local/seed.ts), and
+  // gpt-4o has the catalog's price. The simulated upstream counts its prompt from the body as sent (the client's
+  // messages: passthrough changes none of them) and one output token per word of each choice.
+  const pricing = priceFor('gpt-4o', 'openai')!;
+  const µ$ = (input: number, output: number) => charge(pricing, { input_tokens: input, output_tokens: output }).microdollars;
+  const gpt = (text: string, includeUsage: boolean, extra: Record<string, unknown> = {}) => ({
+    model: 'gpt-4o',
+    max_completion_tokens: 400,
+    stream: true,
+    ...(includeUsage ? { stream_options: { include_usage: true } } : {}),
+    messages: [{ role: 'user', content: text }],
+    ...extra,
+  });
+  const send = async (g: GatewayProcess, body: Record<string, unknown>) => {
+    const conn = await RawConn.open(g.url);
+    const text = JSON.stringify(body);
+    await conn.write(requestHead(g, text, Buffer.byteLength(text), '/v1/chat/completions') + text);
+    return conn;
+  };
+  /**
+   * The output tokens of a charge made of the prompt at the gateway's input bound (lambdas/metering/estimate.ts) and
+   * whole output tokens, at most `max` — or undefined when the charge is not of that form. OpenAI reports the prompt
+   * only in a stream's last chunk: a stream cut short is charged its input bound and what was produced (docs/openai.md,
+   * "Metering"), which for a short prompt is more than the prompt the provider counts.
+   */
+  const outputAtBound = (charge: number, body: Record<string, unknown>, max: number) =>
+    Array.from({ length: max + 1 }, (_, k) => k).find((k) => µ$(inputBound(body), k) === charge);
+  const contentChunks = (conn: RawConn) => conn.body.split('"delta":{"content":"word').length - 1;
+
+  for (const includeUsage of [false, true]) {
+    const asked = includeUsage ? 'with include_usage' : 'without include_usage';
+
+    it(`before the headers (the upstream is still thinking), ${asked}: the prompt at its bound and what was produced, not the whole answer; nothing held`, async () => {
+      const g = await ensureGateway();
+      const before = (await usage(g)).ai.used;
+      const words = 5;
+      // (chunks 200 ms apart, so reading on to the first chunk does not also read the rest of the answer)
+      const body = gpt(`[[latency:2000]] [[delay:200]] [[words:${words}]]`, includeUsage);
+      const conn = await send(g, body);
+      await sleep(500);
+      expect(conn.received, 'nothing should have been answered yet').toBe(0);
+      conn.destroy();
+      const charge = await afterDisconnect(g, before);
+      const produced = outputAtBound(charge, body, words);
+      expect(produced, `charge ${charge} µ$ is not the input bound (${inputBound(body)} tokens) and whole output tokens`).toBeDefined();
+      expect(produced!, `charge ${charge} µ$: the gateway read the stream to its end after the client left`).toBeLessThan(words);
+    });
+
+    it(`mid-stream, ${asked}: the prompt at its bound and at least what it received, less than the whole answer; nothing held`, async () => {
+      const g = await ensureGateway();
+      const before = (await usage(g)).ai.used;
+      const words = 200;
+      const body = gpt(`[[delay:50]] [[words:${words}]]`, includeUsage);
+      const conn = await send(g, body);
+      await conn.waitFor('3 content chunks', () => contentChunks(conn) >= 3);
+      expect(conn.status).toBe(200);
+      const seen = contentChunks(conn);
+      conn.destroy();
+      const charge = await afterDisconnect(g, before);
+      const produced = outputAtBound(charge, body, words);
+      expect(produced, `charge ${charge} µ$ is not the input bound (${inputBound(body)} tokens) and whole output tokens`).toBeDefined();
+      expect(produced!, `charge ${charge} µ$: less than the ${seen} words the client received`).toBeGreaterThanOrEqual(seen);
+      expect(produced!, `charge ${charge} µ$: the gateway read the stream to its end after the client left`).toBeLessThan(words);
+    });
+
+    it(`right after [DONE], ${asked}: charged exactly the full answer (the usage the upstream reported)`, async () => {
+      const g = await ensureGateway();
+      const before = (await usage(g)).ai.used;
+      const words = 20;
+      const body = gpt(`[[words:${words}]]`, includeUsage);
+      const conn = await send(g, body);
+      await conn.waitFor('data: [DONE]', () => conn.body.includes('data: [DONE]'));
+      conn.destroy();
+      expect(await afterDisconnect(g, before)).toBe(µ$(estimateInputTokens(body), words));
+    });
+  }
+
+  it('many at once, at random phases, with and without include_usage: the gateway survives and holds nothing', async () => {
+    const g = await ensureGateway();
+    const conns = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => send(g, gpt(i % 2 ? '[[delay:30]] [[words:100]]' : '[[latency:1500]] [[words:3]]', i % 4 < 2))),
+    );
+    await sleep(400);
+    for (const c of conns) c.destroy();
+    await afterDisconnect(g, 0);
   });
 });
 
