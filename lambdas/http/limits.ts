@@ -11,3 +11,11 @@ export const MAX_BODY_BYTES = 6 * 1024 * 1024;
  * (tool schemas included); 100 leaves room for any real schema while keeping every later walk over the body cheap.
  */
 export const MAX_JSON_DEPTH = 100;
+
+/**
+ * The largest output limit the gateway forwards (`max_tokens`; on /v1/chat/completions `max_completion_tokens` and
+ * `max_tokens` too; docs/contract.md, "Limits"). No model today accepts more than a few hundred thousand output
+ * tokens, so the upstream would refuse anything above; the ceiling keeps every worst-case figure a safe integer
+ * instead of letting an absurd value reach the ledger.
+ */
+export const MAX_TOKENS_CEILING = 1_000_000;

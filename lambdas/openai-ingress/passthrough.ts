@@ -1,3 +1,4 @@
+import { MAX_TOKENS_CEILING } from '../http/limits.ts';
 import { isOpenAIReasoningModel } from '../providers/openai/dialect.ts';
 import { Refused } from '../refusals/refusal.ts';
 import type { ProviderId } from '../routing/provider-ids.ts';
@@ -47,6 +48,8 @@ export function passthroughRequest(chat: Json & { model: string }, provider: Pro
     const v = chat[field];
     if (!present(v)) continue;
     if (!isPositiveInteger(v)) throw refuse(field, `${field} must be a positive integer`);
+    // As on /v1/messages: no model accepts more, and the bound keeps every worst-case figure exact.
+    if (v > MAX_TOKENS_CEILING) throw refuse(field, `${field} must be at most ${MAX_TOKENS_CEILING.toLocaleString('en-US')}`);
     maxTokens = Math.min(maxTokens ?? v, v);
   }
   let choices = 1;

@@ -13,12 +13,9 @@ const Message = z.looseObject({
   content: z.union([z.string(), z.array(Block)], { error: 'content must be a string or an array of content blocks' }),
 });
 
-/**
- * The largest `max_tokens` the gateway forwards (docs/contract.md, "Limits"). No model today accepts more than a few
- * hundred thousand output tokens, so the upstream would refuse anything above; the ceiling keeps every worst-case
- * figure a safe integer instead of letting an absurd value reach the ledger.
- */
-export const MAX_TOKENS_CEILING = 1_000_000;
+import { MAX_TOKENS_CEILING } from '../http/limits.ts';
+
+export { MAX_TOKENS_CEILING };
 
 export const MessagesBody = z.looseObject({
   model: z.string({ error: 'model is required and must be a string' }).min(1, 'model must not be empty'),

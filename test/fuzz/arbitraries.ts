@@ -934,16 +934,11 @@ const chatMessageArb = fc.oneof(
   { weight: 1, arbitrary: fc.record({ role: roleArb, content: fc.oneof(fc.jsonValue({ maxDepth: 2 }), userText()) }) },
 );
 
-/**
- * An output limit as a client may set it: small, large, absurd, or null (not set). Not yet above 10^12: a limit whose
- * worst case (limit × n × the output rate) passes 2^53 µ$ is a 500 today (reported with issue 29's passthrough: the
- * reservation's amount is not a safe integer); the values the gateway must refuse as unsafe integers are in
- * CHAT_REFUSED.
- */
+/** An output limit as a client may set it: small, large, at and above the ceiling (1,000,000), absurd, or null (not set). */
 const chatLimitArb = fc.oneof(
   { weight: 6, arbitrary: fc.integer({ min: 1, max: 4096 }) },
   { weight: 2, arbitrary: fc.integer({ min: 4097, max: 1_000_000 }) },
-  { weight: 1, arbitrary: fc.constantFrom<number | null>(1, 15, 16, 17, 2 ** 31, 10 ** 12, null) },
+  { weight: 1, arbitrary: fc.constantFrom<number | null>(1, 15, 16, 17, 1_000_000, 1_000_001, 2 ** 31, 10 ** 12, 10 ** 15, Number.MAX_SAFE_INTEGER, null) },
 );
 
 /** Fields the gateway passes through unread (OpenAI's, OpenRouter's, unknown ones, and names that trip naive code). */

@@ -342,9 +342,10 @@ const MAX_CHOICES = 128;
  * `stream_options` shapes — and what it cannot meter (audio in or out, priority processing). Everything else is the
  * upstream's to judge.
  */
-function passthroughProblem(v: Record<string, unknown>, provider: PriceProvider): string | undefined {
+function passthroughProblem(v: Record<string, unknown>, provider: PriceProvider, maxTokensCeiling: number): string | undefined {
   for (const field of ['max_completion_tokens', 'max_tokens']) {
     if (present(v[field]) && !isPositiveInteger(v[field])) return `${field} ${JSON.stringify(v[field])} is not a positive integer`;
+    if (present(v[field]) && (v[field] as number) > maxTokensCeiling) return `${field} ${v[field]} is above ${maxTokensCeiling}`;
   }
   if (present(v.n) && (!isPositiveInteger(v.n) || (v.n as number) > MAX_CHOICES)) return `n ${JSON.stringify(v.n)} is not from 1 to ${MAX_CHOICES}`;
   if (present(v.n) && (v.n as number) > 1 && provider !== 'openai') return `n ${v.n} for a ${provider} model`;
@@ -391,7 +392,7 @@ export function judgeChatBody(bytes: Buffer, ctx: FuzzContext): ChatJudged {
   const { provider } = providerOf(model);
   // A Claude model: translated to Anthropic's format (test/openai-ingress/translation.test.ts judges that exactly).
   if (provider === 'anthropic') return { ok: true, body: value, statuses: [200, 400, 413, 429], alsoAllowed, why: `translated for ${model}` };
-  const problem = passthroughProblem(value, provider);
+  const problem = passthroughProblem(value, provider, ctx.limits.maxTokensCeiling ?? 1_000_000);
   if (problem) return { ok: false, statuses: [400, ...alsoAllowed], why: problem };
   if (!isPriced(model)) return { ok: false, statuses: [400, ...alsoAllowed], why: `unpriced model ${JSON.stringify(model)}` };
   if (!Array.isArray(value.messages)) return { ok: false, statuses: [400, ...alsoAllowed], why: 'messages is not an array (the upstream’s 400)' };
