@@ -9,10 +9,13 @@ import { resolveTarget, type Target } from './cli/target.ts';
  * Errors are one line on stderr and a non-zero exit: 2 for a wrong invocation, 1 for a refused operation.
  */
 
-/** Commands by group: `developer` → { create, show }. Derived from COMMANDS so the two never disagree. */
+/**
+ * Commands by group: `developer` → { create, show }. Derived from COMMANDS so the two never disagree. A command of
+ * one word (`activity`) is its group's only command, under the empty name.
+ */
 const GROUPS = new Map<string, Map<string, Command>>();
 for (const [name, command] of Object.entries(COMMANDS)) {
-  const [group, sub] = name.split(' ') as [string, string];
+  const [group, sub = ''] = name.split(' ') as [string, string?];
   if (!GROUPS.has(group)) GROUPS.set(group, new Map());
   GROUPS.get(group)!.set(sub, command);
 }
@@ -76,14 +79,16 @@ export async function main(argv: string[], deps: Dependencies = { resolveTarget 
   const words = args.words[0] === 'help' ? args.words.slice(1) : args.words;
   const wantsHelp = args.help || args.words[0] === 'help';
 
-  const [groupName, subName, ...extra] = words;
+  const [groupName, ...rest] = words;
   if (groupName === undefined) return wantsHelp ? print(help(), 0) : fail(2, 'missing command; run gateway --help for the list');
   const group = GROUPS.get(groupName);
   if (!group) return fail(2, `unknown command "${words.join(' ')}"; run gateway --help for the list`);
+  const single = group.has('');
+  const [subName, ...extra] = single ? ['', ...rest] : rest;
   const subs = [...group.keys()].join(', ');
   if (subName === undefined) return wantsHelp ? print(groupHelp(groupName), 0) : fail(2, `missing subcommand for ${groupName}: one of ${subs}`);
   const command = group.get(subName);
-  const name = `${groupName} ${subName}`;
+  const name = single ? groupName : `${groupName} ${subName}`;
   if (!command) return fail(2, `unknown subcommand "${subName}" for ${groupName}: one of ${subs}`);
   if (wantsHelp) return print(commandHelp(command), 0);
   if (extra.length) return fail(2, `unexpected argument "${extra[0]}" for ${name}; flags start with -- (run gateway ${groupName} --help)`);

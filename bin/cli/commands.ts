@@ -4,7 +4,9 @@ import * as z from 'zod';
 import { WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
 import { type ActivityCounters, groupActivity, readActivity, totalActivity } from '../../lambdas/activity/query.ts';
+import { NO_MODEL } from '../../lambdas/activity/record.ts';
 import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
+import { currentWindows } from '../../lambdas/budgets/ledger.ts';
 import { developerAllowance } from '../../lambdas/plans/compute.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
@@ -17,6 +19,7 @@ import {
   getDeploymentPricing,
   getDeveloper,
   getProject,
+  listProjects,
   RegistryError,
   removeDeploymentPrice,
   rotateProjectSecret,
@@ -32,6 +35,8 @@ import {
 import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
 import { redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
 import type { Target } from './target.ts';
+
+const DAY_MS = 86_400_000;
 
 /** A command's result: `data` for --json, `text` for people. */
 export interface Output {
@@ -274,15 +279,23 @@ export const COMMANDS: Record<string, Command> = {
   },
   'developer show': {
     usage: 'developer show --id ID',
-    summary: "a developer's plan, tier, live runs (leases) and this month's compute",
+    summary: "a developer's plan, tier, live runs (leases), this month's compute and its users' AI spend",
     async run(flags, ctx) {
       const o = parse({ id: required('id', Identifier) }, flags);
       await ctx.connect();
       const dev = await getDeveloper(o.id);
       if (!dev) throw new RegistryError(`Developer ${o.id} does not exist`);
       const tier = tierFor(dev.planSeconds);
-      const [used, leases] = await Promise.all([developerComputeUsed(dev.developerId), liveLeases(dev.developerId)]);
+      const now = new Date(clock.now());
+      const monthStart = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+      const [used, leases, projects] = await Promise.all([
+        developerComputeUsed(dev.developerId),
+        liveLeases(dev.developerId),
+        listProjects({ developerId: dev.developerId }),
+      ]);
       const allowance = developerAllowance(dev, used);
+      // The AI dollars of the developer's users this month: the projects' activity (docs/activity.md).
+      const spent = await Promise.all(projects.map(async (p) => totalActivity(await readActivity(p.projectId, monthStart, now)).aiMicros));
       const data = {
         ...dev,
         tier: tier.name,
@@ -290,6 +303,8 @@ export const COMMANDS: Record<string, Command> = {
         liveLeases: leases,
         computeUsedThisMonth: allowance.used,
         computeAvailable: allowance.available,
+        aiMicrosThisMonth: spent.reduce((a, b) => a + b, 0),
+        projects: projects.map((p, i) => ({ projectId: p.projectId, aiMicrosThisMonth: spent[i]! })),
       };
       return {
         data,
@@ -297,21 +312,62 @@ export const COMMANDS: Record<string, Command> = {
           `Developer ${dev.developerId}`,
           `  plan: ${dev.planSeconds} s + pool ${dev.poolSeconds} s (${tier.name} tier, ${tier.maxConcurrency} concurrent runs)`,
           `  compute this month: ${allowance.used} s used, ${allowance.available} s available`,
+          `  AI this month: ${data.aiMicrosThisMonth} µ$ over ${projects.length} project(s)${projects.length ? ` (${data.projects.map((p) => `${p.projectId} ${p.aiMicrosThisMonth} µ$`).join(', ')})` : ''}`,
           `  live runs: ${leases.length} of ${tier.maxConcurrency}`,
           ...leases.map((l) => `    ${l.sessionId} (user ${l.userId}, ${Math.round(l.ageMs / 1000)} s)`),
         ].join('\n'),
       };
     },
   },
+  'user show': {
+    usage: 'user show --project ID --user ID',
+    summary: "a user's current budget windows (used, held), blocked or not, and the AI spend of the last 30 days by model",
+    async run(flags, ctx) {
+      const o = parse({ project: required('project', Identifier), user: required('user', z.string().min(1)) }, flags);
+      await ctx.connect();
+      const project = await requireProject(o.project);
+      const until = new Date(clock.now());
+      const [windows, rows] = await Promise.all([
+        currentWindows(project.projectId, o.user, until),
+        readActivity(project.projectId, new Date(until.getTime() - 30 * DAY_MS), until),
+      ]);
+      const mine = rows.filter((r) => r.userId === o.user);
+      const blocked = project.blockedUsers?.[o.user] === true;
+      const tokensRevokedBefore = project.revokedBefore?.[o.user];
+      const byModel = groupActivity(mine, 'model');
+      const data = {
+        projectId: project.projectId,
+        userId: o.user,
+        blocked,
+        ...(tokensRevokedBefore === undefined ? {} : { tokensRevokedBefore }),
+        windows: windows.map((w) => ({ window: w.key.window, windowStart: w.key.windowStart, used: w.used, reserved: w.reserved, openHolds: w.openHolds })),
+        last30Days: { total: totalActivity(mine), byModel },
+      };
+      return {
+        data,
+        text: [
+          `User ${o.user} of ${project.projectId}${blocked ? ' (BLOCKED: every token refused)' : ''}`,
+          ...(tokensRevokedBefore === undefined ? [] : [`  tokens issued before ${new Date(tokensRevokedBefore * 1000).toISOString()} are revoked`]),
+          windows.length === 0 ? '  no spend in any current window' : '  current windows:',
+          ...windows.map(
+            (w) =>
+              `    ${w.key.window} from ${w.key.windowStart}: AI ${w.used.ai} µ$ used, ${w.reserved.ai} held; compute ${w.used.compute} s used, ${w.reserved.compute} held`,
+          ),
+          `  last 30 days: ${data.last30Days.total.aiMicros} µ$ over ${data.last30Days.total.requests} calls`,
+          ...byModel.map((g) => `    ${g.key === NO_MODEL ? 'compute' : g.key}: ${g.aiMicros} µ$, ${g.requests} calls, ${g.computeSeconds} s compute`),
+        ].join('\n'),
+      };
+    },
+  },
   activity: {
-    usage: 'activity --project ID [--since 24h] [--by user|model|hour|day]',
-    summary: "what a project's users spent, from its activity records: totals, or grouped by user, model, hour or day",
+    usage: 'activity [--project ID] [--since 24h] [--by user|model|project|hour|day]',
+    summary: 'what the users of a project (or of every project) spent, from the activity records: totals, or grouped by user, model, project, hour or day',
     async run(flags, ctx) {
       const o = parse(
         {
-          project: required('project', Identifier),
+          project: Identifier.optional(),
           since: z.string().default('24h'),
-          by: z.enum(['user', 'model', 'hour', 'day'], { error: '--by must be user, model, hour or day' }).optional(),
+          by: z.enum(['user', 'model', 'project', 'hour', 'day'], { error: '--by must be user, model, project, hour or day' }).optional(),
         },
         flags,
       );
@@ -322,18 +378,18 @@ export const COMMANDS: Record<string, Command> = {
         throw new UsageError(`--since: ${(err as Error).message}`);
       }
       await ctx.connect();
-      await requireProject(o.project);
+      const projects = o.project ? [(await requireProject(o.project)).projectId] : (await listProjects()).map((p) => p.projectId);
       const until = new Date(clock.now());
       const since = new Date(until.getTime() - seconds * 1000);
-      const rows = await readActivity(o.project, since, until);
+      const rows = (await Promise.all(projects.map((p) => readActivity(p, since, until)))).flat();
       const total = totalActivity(rows);
       const groups = o.by ? groupActivity(rows, o.by) : undefined;
       const line = (label: string, c: ActivityCounters) =>
         `  ${label}: ${c.aiMicros} µ$, ${c.requests} calls, ${c.inputTokens} in / ${c.outputTokens} out / ${c.cacheReadTokens} cache read / ${c.cacheWriteTokens} cache write tokens, ${c.computeSeconds} s compute, ${c.errors} errors, ${c.refusals} refusals`;
       return {
-        data: { projectId: o.project, since: since.toISOString(), until: until.toISOString(), total, ...(groups ? { by: o.by, groups } : {}) },
+        data: { projects, since: since.toISOString(), until: until.toISOString(), total, ...(groups ? { by: o.by, groups } : {}) },
         text: [
-          `Activity of ${o.project} since ${since.toISOString()}`,
+          `Activity of ${o.project ?? `every project (${projects.length})`} since ${since.toISOString()}`,
           line('total', total),
           ...(groups ? [`By ${o.by}:`, ...groups.map((g) => line(g.key, g))] : []),
         ].join('\n'),
@@ -361,6 +417,31 @@ export const COMMANDS: Record<string, Command> = {
       await ctx.connect();
       const d = describeProject(await requireProject(o.project));
       return { data: d, text: JSON.stringify(d, null, 2) };
+    },
+  },
+  'project list': {
+    usage: 'project list [--developer ID]',
+    summary: "every project (or a developer's): owner, provider keys, and AI spend and calls of the last 24 h",
+    async run(flags, ctx) {
+      const o = parse({ developer: Identifier.optional() }, flags);
+      await ctx.connect();
+      const projects = await listProjects({ developerId: o.developer });
+      const until = new Date(clock.now());
+      const since = new Date(until.getTime() - DAY_MS);
+      const totals = await Promise.all(projects.map(async (p) => totalActivity(await readActivity(p.projectId, since, until))));
+      const data = projects.map((p, i) => ({ ...describeProject(p), last24h: { aiMicros: totals[i]!.aiMicros, requests: totals[i]!.requests } }));
+      return {
+        data: { projects: data },
+        text:
+          data.length === 0
+            ? 'No projects (project create --developer ID creates one)'
+            : data
+                .map(
+                  (p) =>
+                    `${p.projectId}  developer ${p.developerId}  keys: ${p.providerKeys.join(', ') || 'none'}  last 24 h: ${p.last24h.aiMicros} µ$, ${p.last24h.requests} calls`,
+                )
+                .join('\n'),
+      };
     },
   },
   'project rotate-secret': {

@@ -79,17 +79,17 @@ function rowOf(item: Record<string, unknown>): ActivityRow {
   return { projectId: String(item.projectId), userId: String(item.userId), model: String(item.model), hour: String(item.hour), ...counters };
 }
 
-export type ActivityGrouping = 'user' | 'model' | 'hour' | 'day';
+export type ActivityGrouping = 'user' | 'model' | 'project' | 'hour' | 'day';
 
 export interface ActivityGroup extends ActivityCounters {
   key: string;
 }
 
-/** Rows summed by user, model, hour or day, largest AI spend first (hours and days in time order). */
+/** Rows summed by user, model, project, hour or day, largest AI spend first (hours and days in time order). */
 export function groupActivity(rows: readonly ActivityRow[], by: ActivityGrouping): ActivityGroup[] {
   const groups = new Map<string, ActivityGroup>();
   for (const row of rows) {
-    const key = by === 'user' ? row.userId : by === 'model' ? row.model : by === 'hour' ? row.hour : row.hour.slice(0, 10);
+    const key = by === 'user' ? row.userId : by === 'model' ? row.model : by === 'project' ? row.projectId : by === 'hour' ? row.hour : row.hour.slice(0, 10);
     const group = groups.get(key) ?? { key, ...zeroCounters() };
     for (const c of COUNTERS) group[c] += row[c];
     groups.set(key, group);

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { clock } from '../config/clock.ts';
-import type { BudgetClaim, Caller } from '../auth/claims.ts';
+import { type BudgetClaim, type Caller, WINDOWS } from '../auth/claims.ts';
 import type { BudgetFigures } from '../refusals/refusal.ts';
 import { env } from '../config/env.ts';
 import { USAGE_WINDOW_RETAIN_SECONDS } from '../config/timing.ts';
@@ -308,6 +308,17 @@ export async function readUsage(caller: Pick<Caller, 'projectId' | 'userId' | 'b
     item = await readWindowItem(key);
   }
   return toUsage(key, item);
+}
+
+/**
+ * A user's current windows as the ledger holds them, for an operator (`gateway user show`, the console): a budget's
+ * window kind is in the user's token, not stored, so each kind's current window is looked up and those the user has
+ * spent or held in are returned (read as they are: no sweep, an operator's look changes nothing).
+ */
+export async function currentWindows(projectId: string, userId: string, now = new Date(clock.now())): Promise<WindowUsage[]> {
+  const keys = WINDOWS.map((window) => windowFor({ projectId, userId, budget: { window, ai: 0, compute: 0 } }, now));
+  const items = await Promise.all(keys.map((key) => readWindowItem(key)));
+  return keys.flatMap((key, i) => (items[i] ? [toUsage(key, items[i])] : []));
 }
 
 /** A window's figures for both meters, as a budget refusal reports them (remaining = budget − used − held). */

@@ -105,6 +105,61 @@ describe('operator CLI against a running local gateway', () => {
     expect(missing).toEqual({ code: 1, stdout: '', stderr: 'error: Developer dev-nobody does not exist\n' });
   });
 
+  it("the owner's view: project list, user show, activity and developer show agree with the ledger (issue 30)", async () => {
+    json(await cli(['developer', 'create', '--id', 'dev-owner', '--plan-seconds', '4000000', '--json']));
+    const created = json(await cli(['project', 'create', '--developer', 'dev-owner', '--id', 'owner-app', '--json']));
+    const spend = async (user: string, words: number) => {
+      const token = await mintToken({
+        projectId: 'owner-app',
+        userId: user,
+        secret: created.secret as string,
+        budget: { ai: 5_000_000, compute: 0, window: 'day' },
+        expiresInSeconds: 3600,
+      });
+      const client = gw.client(token);
+      await client.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 64, messages: [{ role: 'user', content: `hi [[words:${words}]]` }] });
+      await gw.invocationsDone();
+      const res = await fetch(`${gw.url}/usage`, { headers: { authorization: `Bearer ${token}` } });
+      return ((await res.json()) as { ai: { used: number } }).ai.used;
+    };
+    await spend('ann', 5);
+    const ann = await spend('ann', 7);
+    const bob = await spend('bob', 3);
+    await cli(['user', 'block', '--project', 'owner-app', '--user', 'bob']);
+
+    const listed = json(await cli(['project', 'list', '--developer', 'dev-owner', '--json'])) as { projects: Record<string, unknown>[] };
+    expect(listed.projects).toEqual([
+      expect.objectContaining({ projectId: 'owner-app', developerId: 'dev-owner', last24h: { aiMicros: ann + bob, requests: 3 } }),
+    ]);
+    expect((await cli(['project', 'list'])).stdout).toContain(`owner-app  developer dev-owner  keys: none  last 24 h: ${ann + bob} µ$, 3 calls`);
+
+    const shown = json(await cli(['user', 'show', '--project', 'owner-app', '--user', 'ann', '--json']));
+    expect(shown).toMatchObject({
+      userId: 'ann',
+      blocked: false,
+      windows: [{ window: 'day', used: { ai: ann, compute: 0 }, reserved: { ai: 0, compute: 0 }, openHolds: 0 }],
+      last30Days: { total: { aiMicros: ann, requests: 2 }, byModel: [{ key: 'claude-sonnet-4-6', aiMicros: ann, requests: 2 }] },
+    });
+    expect((await cli(['user', 'show', '--project', 'owner-app', '--user', 'bob'])).stdout).toContain('User bob of owner-app (BLOCKED: every token refused)');
+
+    const byUser = json(await cli(['activity', '--project', 'owner-app', '--by', 'user', '--json']));
+    expect(byUser).toMatchObject({
+      projects: ['owner-app'],
+      total: { aiMicros: ann + bob, requests: 3, errors: 0, refusals: 0 },
+      groups: [
+        { key: 'ann', aiMicros: ann, requests: 2 },
+        { key: 'bob', aiMicros: bob, requests: 1 },
+      ],
+    });
+    // Without --project: every project's activity, here grouped by project.
+    const everyProject = json(await cli(['activity', '--by', 'project', '--json'])) as { groups: { key: string; aiMicros: number }[] };
+    expect(everyProject.groups.find((g) => g.key === 'owner-app')?.aiMicros).toBe(ann + bob);
+    expect(await cli(['activity', '--by', 'week'])).toMatchObject({ code: 2, stderr: 'error: --by must be user, model, project, hour or day\n' });
+
+    const developer = json(await cli(['developer', 'show', '--id', 'dev-owner', '--json']));
+    expect(developer).toMatchObject({ aiMicrosThisMonth: ann + bob, projects: [{ projectId: 'owner-app', aiMicrosThisMonth: ann + bob }] });
+  });
+
   it('round trip: developer → project → provider key → pricing → token → GET /usage', async () => {
     expect(existsSync(join(dataDir, 'runtime.json'))).toBe(true);
 
@@ -136,6 +191,8 @@ describe('operator CLI against a running local gateway', () => {
       liveLeases: [],
       computeUsedThisMonth: 0,
       computeAvailable: 4_000_100,
+      aiMicrosThisMonth: 0,
+      projects: [{ projectId: expect.any(String), aiMicrosThisMonth: 0 }],
     });
 
     const p = json(project);
@@ -274,6 +331,8 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
       'developer show',
       'project create',
       'project show',
+      'project list',
+      'user show',
       'project rotate-secret',
       'project set-provider-key',
       'project set-pricing',
@@ -353,7 +412,7 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       'error: --input-usd-per-mtok must not be negative\n',
     ],
     [['developer'], 'error: missing subcommand for developer: one of create, set-plan, show\n'],
-    [['project'], 'error: missing subcommand for project: one of create, show, rotate-secret, set-provider-key, set-pricing, set-origins\n'],
+    [['project'], 'error: missing subcommand for project: one of create, show, list, rotate-secret, set-provider-key, set-pricing, set-origins\n'],
     [['token'], 'error: missing subcommand for token: one of mint, revoke\n'],
     [['developer', 'delete', '--id', 'x'], 'error: unknown subcommand "delete" for developer: one of create, set-plan, show\n'],
     [['developer', 'create', '--foo'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
@@ -681,6 +740,8 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       'developer show',
       'project create',
       'project show',
+      'project list',
+      'user show',
       'project rotate-secret',
       'project set-provider-key',
       'project set-pricing',
