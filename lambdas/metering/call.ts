@@ -13,7 +13,7 @@ import { emit } from '../observability/metrics.ts';
 import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
 import { anthropicError } from '../providers/errors.ts';
 import { PROVIDERS } from '../providers/index.ts';
-import { PROVIDER_LABELS, type MessagesRequest, type Provider, type ProviderRequest, type ProviderResult } from '../providers/types.ts';
+import { PROVIDER_LABELS, type MessagesRequest, type Provider, type ProviderRequest } from '../providers/types.ts';
 import type { Project } from '../registry/model.ts';
 import { cachedDeploymentPricing } from '../registry/deployment-pricing.ts';
 import { cachedProject } from '../registry/project-cache.ts';
@@ -185,105 +185,155 @@ function providerRequest(resolved: ResolvedModel, input: ModelCallInput, body: M
   };
 }
 
+/**
+ * The steps of a call before its reservation, whatever its wire format: the model routed to its provider and
+ * credential, and priced (each timed as the request's phase).
+ */
+export async function routeAndPrice(caller: Caller, model: string): Promise<Refusable<{ resolved: ResolvedModel; pricing: ModelPricing }>> {
+  const log = accessRecord();
+  let phaseStart = performance.now();
+  const routed = await resolveModel(caller, model);
+  timePhase(log, 'project', phaseStart);
+  if (!routed.ok) return routed;
+  phaseStart = performance.now();
+  const priced = await requirePricing(routed.resolved, model);
+  timePhase(log, 'pricing', phaseStart);
+  if (!priced.ok) return priced;
+  return { ok: true, resolved: routed.resolved, pricing: priced.pricing };
+}
+
+/** A call whose worst case is held: what its sending, metering and settlement share, whatever its wire format. */
+export interface HeldCall {
+  caller: Caller;
+  pricing: ModelPricing;
+  reservation: Reservation;
+  /** The window's AI used + reserved right after the reservation. */
+  committedAi: number;
+  /** The input bound: charged for input the provider never reported. */
+  inputBound: number;
+  context: CallContext;
+  log: AccessRecord;
+}
+
+/**
+ * Sends a held call. Everything between the reservation and the provider's answer is in `send`: whatever throws on
+ * the way — the body's serialisation (a tool schema too deep for JSON.stringify), building the provider's request, its
+ * translation, the send itself — means nothing was (or can have been) billed, so the hold is released at once, not
+ * left to the sweep, which would charge its worst case (docs/contract.md, "Hard cap").
+ */
+export async function sendHeld<R>(held: HeldCall, send: () => Promise<R>): Promise<R> {
+  const started = clock.now();
+  let result: R;
+  try {
+    result = await send();
+  } catch (err) {
+    await finishBeforeReturn(settleCharge(held.reservation, 0, held.context, { error: true }));
+    throw err;
+  }
+  held.log.upstreamMs = clock.now() - started;
+  emit('UpstreamLatency', held.log.upstreamMs);
+  return result;
+}
+
+/**
+ * A provider's refusal or failure, settled now: nothing is charged, unless the caller aborted the call — the provider
+ * may have billed the input it had read, so its bound is charged, and said as tokens, so a stopped run's result
+ * reports what it was charged for.
+ */
+export async function failedCall(held: HeldCall, aborted: boolean): Promise<CallCharge> {
+  const tokens: TokenUsage | undefined = aborted ? { input_tokens: held.inputBound, output_tokens: 0 } : undefined;
+  const micros = tokens ? charge(held.pricing, tokens).microdollars : 0;
+  const outcome = await finishBeforeReturn(settleCharge(held.reservation, micros, held.context, { error: true, ...(tokens ? { tokens } : {}) }));
+  addCost(held.log, micros);
+  return chargeOf(held.caller, micros, tokens, outcome);
+}
+
+/**
+ * A whole answer's charge — the upstream's reported cost where it is the bill, else its tokens × price — known now
+ * and settled after delivery (`settle`); what will remain follows from the reservation's counters.
+ */
+export function answeredCall(held: HeldCall, tokens: TokenUsage, reportedMicros: number | undefined): { charge: CallCharge; settle: () => Promise<unknown> } {
+  const reported = reportedCost(reportedMicros, held.context);
+  const micros = reported ?? charge(held.pricing, tokens).microdollars;
+  addCost(held.log, micros);
+  const settle = deferUntilReturn(() => timedSettle(held.log, held.reservation, micros, held.context, { tokens }));
+  const remaining = remainingOf(held.caller, held.committedAi - held.reservation.held.ai + micros);
+  return { charge: { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) }, settle };
+}
+
+/**
+ * A stream's charge once it has ended, from what its meter read: the reported cost where it is the bill, else the
+ * tokens × price (the tokens are counted in the activity either way).
+ */
+export function streamedCharge(
+  held: HeldCall,
+  read: { tokens: TokenUsage; reportedMicros: number | undefined; untrusted: boolean; error: boolean },
+): ReturnType<StreamMetering<StreamMeter>['charged']> {
+  if (read.untrusted) untrustedUsage(held.context, 'stream');
+  const reported = reportedCost(read.reportedMicros, held.context);
+  if (reported !== undefined) return { micros: reported, counted: read.tokens, error: read.error };
+  return { micros: charge(held.pricing, read.tokens).microdollars, tokens: read.tokens, counted: read.tokens, error: read.error };
+}
+
 /** One metered model call; see the module comment. Failures of the gateway itself (not refusals) are thrown. */
 export async function meteredCall(input: ModelCallInput): Promise<ModelCall> {
   const { caller, body } = input;
   const log = accessRecord();
-  let phaseStart = performance.now();
-  const routed = await resolveModel(caller, body.model);
-  timePhase(log, 'project', phaseStart);
-  if (!routed.ok) return routed;
-  const { resolved } = routed;
-  phaseStart = performance.now();
-  const priced = await requirePricing(resolved, body.model);
-  timePhase(log, 'pricing', phaseStart);
-  if (!priced.ok) return priced;
-  const { pricing } = priced;
-  phaseStart = performance.now();
+  const admitted = await routeAndPrice(caller, body.model);
+  if (!admitted.ok) return admitted;
+  const { resolved, pricing } = admitted;
+  const phaseStart = performance.now();
   const reservedCall = await reserveCall(caller, pricing, body, input.now, input.capMicros, input.signal);
   timePhase(log, 'reservation', phaseStart);
   if (!reservedCall.ok) return refusedForBudget(caller, body.model, reservedCall);
   const { reserved } = reservedCall;
-  const { reservation } = reserved;
-  const clampedMaxTokens = reserved.clampedMaxTokens;
+  const { reservation, clampedMaxTokens } = reserved;
   const context = { model: body.model, provider: resolved.route.provider };
+  const held: HeldCall = { caller, pricing, reservation, committedAi: reserved.committedAi, inputBound: reserved.worstCase.inputTokens, context, log };
   // A caller that stops listening does not stop the provider's bill, so the call is not abandoned on its own: a JSON
   // answer is awaited and charged as counted, a stream is read until the provider has reported its input.
   const upstream = new AbortController();
-  let started = clock.now();
-  let result: ProviderResult;
-  // Everything between the reservation and the provider's answer is in here: whatever throws on the way — the body's
-  // serialisation (a tool schema too deep for JSON.stringify), building the provider's request, its translation, the
-  // send itself — means nothing was (or can have been) billed, so the hold is released at once, not left to the sweep,
-  // which would charge its worst case (docs/contract.md, "Hard cap").
-  try {
+  const result = await sendHeld(held, () => {
     // The forwarded body changes only when the gateway bounded it; otherwise the client's bytes go up unchanged.
     const rawBody = reserved.body === body && input.rawBody !== undefined ? input.rawBody : JSON.stringify(reserved.body);
     const signal = input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal;
-    const request = providerRequest(resolved, input, reserved.body, rawBody, signal);
-    started = clock.now();
-    result = await resolved.provider.send(request);
-  } catch (err) {
-    await finishBeforeReturn(settleCharge(reservation, 0, context, { error: true }));
-    throw err;
-  }
-  log.upstreamMs = clock.now() - started;
-  emit('UpstreamLatency', log.upstreamMs);
+    return resolved.provider.send(providerRequest(resolved, input, reserved.body, rawBody, signal));
+  });
 
   if (result.kind === 'error') {
-    // Aborted by the caller: the provider may have billed the input it had read, so its bound is charged — and said
-    // as tokens, so a stopped run's result reports what it was charged for.
-    const tokens: TokenUsage | undefined = input.signal?.aborted ? { input_tokens: reserved.worstCase.inputTokens, output_tokens: 0 } : undefined;
-    const micros = tokens ? charge(pricing, tokens).microdollars : 0;
-    const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context, { error: true, ...(tokens ? { tokens } : {}) }));
-    addCost(log, micros);
-    return {
-      ok: false,
-      refusal: { kind: 'upstream', status: result.status, body: result.body },
-      clampedMaxTokens,
-      charge: chargeOf(caller, micros, tokens, outcome),
-    };
+    const callCharge = await failedCall(held, input.signal?.aborted === true);
+    return { ok: false, refusal: { kind: 'upstream', status: result.status, body: result.body }, clampedMaxTokens, charge: callCharge };
   }
 
   if (result.kind === 'message') {
     const trusted = trustedAnthropicUsage(result.message.usage);
     if (!trusted) untrustedUsage(context, 'message');
     const tokens = trusted ?? {
-      input_tokens: reserved.worstCase.inputTokens,
+      input_tokens: held.inputBound,
       // The provider cannot have produced more than it was allowed: the estimate stays inside the reservation.
       output_tokens: Math.min(producedByMessage(result.message.content), reserved.body.max_tokens),
     };
-    const reported = reportedCost(result.reportedCostMicros, context);
-    const micros = reported ?? charge(pricing, tokens).microdollars;
-    addCost(log, micros);
-    // Settled after delivery: the charge is known now, and what will remain follows from the reservation's counters.
-    const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context, { tokens }));
-    const remaining = remainingOf(caller, reserved.committedAi - reservation.held.ai + micros);
-    const callCharge: CallCharge = { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) };
+    const { charge: callCharge, settle } = answeredCall(held, tokens, result.reportedCostMicros);
     return { ok: true, kind: 'message', message: result.message, clampedMaxTokens, charge: callCharge, settle };
   }
 
-  const charged = (accumulator: MessageAccumulator): ReturnType<StreamMetering<MessageAccumulator>['charged']> => {
-    if (accumulator.usageUntrusted) untrustedUsage(context, 'stream');
-    const reported = reportedCost(result.reportedCostMicros?.(), context);
-    const tokens = accumulator.tokens(reserved.worstCase.inputTokens, reserved.body.max_tokens);
-    const error = accumulator.errorSeen;
-    // The tokens are counted in the activity either way; the charge is said in tokens only when priced from them.
-    if (reported !== undefined) return { micros: reported, counted: tokens, error };
-    return { micros: charge(pricing, tokens).microdollars, tokens, counted: tokens, error };
-  };
+  const charged = (accumulator: MessageAccumulator) =>
+    streamedCharge(held, {
+      tokens: accumulator.tokens(held.inputBound, reserved.body.max_tokens),
+      reportedMicros: result.reportedCostMicros?.(),
+      untrusted: accumulator.usageUntrusted,
+      error: accumulator.errorSeen,
+    });
   return {
     ok: true,
     kind: 'stream',
     stream: meteredStream(result.body, {
       meter: new MessageAccumulator(),
       failure: (message) => encodeSse('error', anthropicError('api_error', message)),
-      caller,
       charged,
-      reservation,
+      held,
       upstream,
       signal: input.signal,
-      context,
     }),
     clampedMaxTokens,
   };
@@ -320,7 +370,7 @@ export function remainingOf(caller: Caller, committedAi: number): number {
 }
 
 /** An answer whose usage could not be trusted is charged from the gateway's own count: say so, once per answer. */
-export function untrustedUsage(context: Record<string, unknown>, kind: 'message' | 'stream'): void {
+export function untrustedUsage(context: CallContext, kind: 'message' | 'stream'): void {
   emit('UsageEstimated', 1);
   logger.warn('upstream usage missing or implausible; charged from the gateway count', { ...context, kind });
 }
@@ -329,7 +379,7 @@ export function untrustedUsage(context: Record<string, unknown>, kind: 'message'
 const MAX_PLAUSIBLE_COST_MICROS = 10_000_000_000;
 
 /** A cost the upstream reported itself (OpenRouter), used only when it is a plausible whole number of microdollars. */
-export function reportedCost(micros: number | undefined, context: Record<string, unknown>): number | undefined {
+export function reportedCost(micros: number | undefined, context: CallContext): number | undefined {
   if (micros === undefined) return undefined;
   if (Number.isSafeInteger(micros) && micros >= 0 && micros <= MAX_PLAUSIBLE_COST_MICROS) return micros;
   untrustedUsage(context, 'message');
@@ -341,15 +391,13 @@ export interface StreamMetering<M extends StreamMeter> {
   meter: M;
   /** The bytes that end the stream when the upstream fails in the middle of it, in the stream's own format. */
   failure: (message: string) => Uint8Array;
-  caller: Caller;
   /** The charge; `tokens` when it was priced from them, `counted` the tokens the activity records in any case. */
   charged: (meter: M) => { micros: number; tokens?: TokenUsage; counted?: TokenUsage; error?: boolean };
-  reservation: Reservation;
+  held: HeldCall;
   /** Stops the upstream call. */
   upstream: AbortController;
   /** The caller's own abort (an interrupted agent turn). */
   signal?: AbortSignal;
-  context: CallContext;
 }
 
 /** Resolves on the next turn of the event loop: what was just written reaches the socket before work that follows. */
@@ -382,7 +430,7 @@ export function meteredStream<M extends StreamMeter>(source: ReadableStream<Uint
         const { micros, tokens, counted, error } = m.charged(accumulator);
         addCost(log, micros);
         const as: SettledAs = { ...(counted ? { tokens: counted } : {}), ...(error ? { error } : {}) };
-        const charge = chargeOf(m.caller, micros, tokens, await timedSettle(log, m.reservation, micros, m.context, as));
+        const charge = chargeOf(m.held.caller, micros, tokens, await timedSettle(log, m.held.reservation, micros, m.held.context, as));
         resolveSettled(charge);
         return charge;
       })(),
@@ -427,7 +475,7 @@ export function meteredStream<M extends StreamMeter>(source: ReadableStream<Uint
             closeQuietly(controller);
             return;
           }
-          logger.warn('upstream stream failed', { ...m.context, error: (err as Error)?.message });
+          logger.warn('upstream stream failed', { ...m.held.context, error: (err as Error)?.message });
           emit('Errors', 1);
           controller.enqueue(m.failure(isTimeout(err) ? 'The upstream stopped sending data (time-out)' : 'The upstream connection failed mid-stream'));
           void finish(nextTurn);

@@ -1,30 +1,24 @@
 import type { Caller } from '../auth/claims.ts';
-import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
-import { finishBeforeReturn, deferUntilReturn } from '../instance/unfinished.ts';
-import { accessRecord, addCost, timePhase } from '../observability/access-log.ts';
-import { emit } from '../observability/metrics.ts';
-import { charge, type ModelPricing, type TokenUsage } from '../pricing/prices.ts';
-import type { ChatPassthroughResult } from '../providers/types.ts';
+import { accessRecord, timePhase } from '../observability/access-log.ts';
+import type { ModelPricing, TokenUsage } from '../pricing/prices.ts';
 import type { Refusing } from '../refusals/refusal.ts';
 import {
-  chargeOf,
+  answeredCall,
+  failedCall,
   meteredStream,
-  remainingOf,
   refusedForBudget,
-  reportedCost,
-  requirePricing,
-  resolveModel,
-  timedSettle,
+  routeAndPrice,
+  sendHeld,
+  streamedCharge,
   untrustedUsage,
   type CallCharge,
+  type HeldCall,
   type MeteredStream,
-  type StreamMetering,
 } from './call.ts';
 import { ChatChunkMeter, chatStreamFailure, producedByCompletion, trustedChatUsage } from './chat-chunks.ts';
 import { estimateInput } from './estimate.ts';
 import { MIN_OUTPUT_TOKENS, reserveWorstCase, type WorstCase } from './reservation.ts';
-import { settleCharge } from './settlements.ts';
 
 /**
  * The metered model call for OpenAI's Chat Completions passed through (`POST /v1/chat/completions` with an OpenAI or
@@ -70,105 +64,62 @@ export function chatWorstCaseOf(pricing: ModelPricing, body: Record<string, unkn
 export async function meteredChatCompletion(input: ChatCallInput): Promise<ChatCall> {
   const { caller, body } = input;
   const log = accessRecord();
-  let phaseStart = performance.now();
-  const routed = await resolveModel(caller, body.model);
-  timePhase(log, 'project', phaseStart);
-  if (!routed.ok) return routed;
-  const { resolved } = routed;
+  const admitted = await routeAndPrice(caller, body.model);
+  if (!admitted.ok) return admitted;
+  const { resolved, pricing } = admitted;
   const send = resolved.provider.chatCompletions;
   if (!send) throw new Error(`provider ${resolved.provider.id} does not pass Chat Completions through`);
-  phaseStart = performance.now();
-  const priced = await requirePricing(resolved, body.model);
-  timePhase(log, 'pricing', phaseStart);
-  if (!priced.ok) return priced;
-  const { pricing } = priced;
-  phaseStart = performance.now();
+  const phaseStart = performance.now();
   const worstCase = chatWorstCaseOf(pricing, body, input.choices, input.webSearch);
   const floor = Math.min(MIN_OUTPUT_TOKENS, input.maxTokens);
-  const held = await reserveWorstCase(caller, { worstCase, maxTokens: input.maxTokens, floor }, input.now, undefined, input.signal);
+  const reserved = await reserveWorstCase(caller, { worstCase, maxTokens: input.maxTokens, floor }, input.now, undefined, input.signal);
   timePhase(log, 'reservation', phaseStart);
-  if (!held.ok) return refusedForBudget(caller, body.model, held);
-  const { reservation, committedAi, clampedMaxTokens } = held.reserved;
+  if (!reserved.ok) return refusedForBudget(caller, body.model, reserved);
+  const { reservation, committedAi, clampedMaxTokens } = reserved.reserved;
   const maxTokens = clampedMaxTokens ?? input.maxTokens;
   const maxOutput = maxTokens * input.choices;
   const context = { model: body.model, provider: resolved.route.provider };
+  const held: HeldCall = { caller, pricing, reservation, committedAi, inputBound: worstCase.inputTokens, context, log };
   const fees: Partial<TokenUsage> = input.webSearch ? { web_search_requests: 1 } : {};
   const upstream = new AbortController();
-  let started = clock.now();
-  let result: ChatPassthroughResult;
-  // As in metering/call.ts: whatever throws between the reservation and the answer releases the hold at once.
-  try {
-    const signal = input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal;
-    started = clock.now();
-    result = await send({
+  const result = await sendHeld(held, () =>
+    send({
       body,
       upstreamModel: resolved.route.upstreamModel,
       maxTokens,
       baseUrl: resolved.provider.baseUrl(),
       apiKey: resolved.apiKey,
-      signal,
+      signal: input.signal ? AbortSignal.any([upstream.signal, input.signal]) : upstream.signal,
       timeoutMs: env().UPSTREAM_TIMEOUT_MS,
-    });
-  } catch (err) {
-    await finishBeforeReturn(settleCharge(reservation, 0, context, { error: true }));
-    throw err;
-  }
-  log.upstreamMs = clock.now() - started;
-  emit('UpstreamLatency', log.upstreamMs);
+    }),
+  );
 
   if (result.kind === 'error') {
-    // Aborted by the caller: the upstream may have billed the input it read, so its bound is charged.
-    const tokens: TokenUsage | undefined = input.signal?.aborted ? { input_tokens: worstCase.inputTokens, output_tokens: 0 } : undefined;
-    const micros = tokens ? charge(pricing, tokens).microdollars : 0;
-    const outcome = await finishBeforeReturn(settleCharge(reservation, micros, context, { error: true, ...(tokens ? { tokens } : {}) }));
-    addCost(log, micros);
-    return {
-      ok: false,
-      refusal: { kind: 'upstream', status: result.status, body: result.body },
-      clampedMaxTokens,
-      charge: chargeOf(caller, micros, tokens, outcome),
-      ...(result.openai ? { openai: result.openai } : {}),
-    };
+    const callCharge = await failedCall(held, input.signal?.aborted === true);
+    const refusal = { kind: 'upstream', status: result.status, body: result.body } as const;
+    return { ok: false, refusal, clampedMaxTokens, charge: callCharge, ...(result.openai ? { openai: result.openai } : {}) };
   }
 
   if (result.kind === 'completion') {
     const trusted = trustedChatUsage(result.completion.usage);
     if (!trusted) untrustedUsage(context, 'message');
-    const tokens: TokenUsage = {
-      ...(trusted ?? { input_tokens: worstCase.inputTokens, output_tokens: Math.min(producedByCompletion(result.completion.choices), maxOutput) }),
-      ...fees,
-    };
-    const reported = reportedCost(result.reportedCostMicros, context);
-    const micros = reported ?? charge(pricing, tokens).microdollars;
-    addCost(log, micros);
-    const settle = deferUntilReturn(() => timedSettle(log, reservation, micros, context, { tokens }));
-    const remaining = remainingOf(caller, committedAi - reservation.held.ai + micros);
-    const callCharge: CallCharge = { microdollars: micros, remaining, ...(reported === undefined ? { tokens } : {}) };
+    const counted = trusted ?? { input_tokens: held.inputBound, output_tokens: Math.min(producedByCompletion(result.completion.choices), maxOutput) };
+    const { charge: callCharge, settle } = answeredCall(held, { ...counted, ...fees }, result.reportedCostMicros);
     return { ok: true, kind: 'completion', text: result.text, clampedMaxTokens, charge: callCharge, settle };
   }
 
   const cost = result.reportedCostMicros;
-  const charged = (meter: ChatChunkMeter): ReturnType<StreamMetering<ChatChunkMeter>['charged']> => {
-    if (meter.usageUntrusted) untrustedUsage(context, 'stream');
-    const reported = reportedCost(meter.rawUsage === undefined ? undefined : cost?.(meter.rawUsage), context);
-    const tokens = { ...meter.tokens(worstCase.inputTokens, maxOutput), ...fees };
-    const error = meter.error !== undefined;
-    if (reported !== undefined) return { micros: reported, counted: tokens, error };
-    return { micros: charge(pricing, tokens).microdollars, tokens, counted: tokens, error };
-  };
+  const charged = (meter: ChatChunkMeter) =>
+    streamedCharge(held, {
+      tokens: { ...meter.tokens(held.inputBound, maxOutput), ...fees },
+      reportedMicros: meter.rawUsage === undefined ? undefined : cost?.(meter.rawUsage),
+      untrusted: meter.usageUntrusted,
+      error: meter.error !== undefined,
+    });
   return {
     ok: true,
     kind: 'stream',
-    stream: meteredStream(result.body, {
-      meter: new ChatChunkMeter(),
-      failure: chatStreamFailure,
-      caller,
-      charged,
-      reservation,
-      upstream,
-      signal: input.signal,
-      context,
-    }),
+    stream: meteredStream(result.body, { meter: new ChatChunkMeter(), failure: chatStreamFailure, charged, held, upstream, signal: input.signal }),
     clampedMaxTokens,
   };
 }
