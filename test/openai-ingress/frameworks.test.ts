@@ -3,8 +3,6 @@ import { ChatOpenAI } from '@langchain/openai';
 import { generateText, stepCountIs, streamText, tool } from 'ai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as z from 'zod';
-import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
-import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
@@ -72,7 +70,6 @@ const CASES: ModelCase[] = [
 ];
 
 let gw: TestGateway;
-let seq = 0;
 
 beforeAll(async () => {
   gw = await startTestGateway();
@@ -84,17 +81,7 @@ afterAll(async () => {
   await gw?.stop();
 });
 
-async function user() {
-  const id = `fw-${++seq}`;
-  const budget: BudgetClaim = { ai: 5_000_000, compute: 0, window: 'day' };
-  const token = await gw.token({ user: id, budget });
-  const ledger = async () => {
-    await gw.invocationsDone();
-    const usage = await readUsage({ projectId: gw.projectId, userId: id, budget });
-    return { used: usage.used.ai, reserved: usage.reserved.ai, openHolds: usage.openHolds };
-  };
-  return { token, ledger };
-}
+const user = () => gw.user('fw', { ai: 5_000_000 });
 
 describe.each(CASES)('the Vercel AI SDK (OpenAI-compatible provider), $label', (c) => {
   const provider = (token: string) => createOpenAICompatible({ name: 'gateway', baseURL: `${gw.url}/v1`, apiKey: token, includeUsage: true });

@@ -2,9 +2,7 @@ import OpenAI from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
-import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { mintToken } from '../../lambdas/auth/tokens.ts';
-import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { createProject, setModelPricing } from '../../lambdas/registry/registry.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
@@ -67,7 +65,6 @@ const CASES: ModelCase[] = [
 ];
 
 let gw: TestGateway;
-let seq = 0;
 
 beforeAll(async () => {
   gw = await startTestGateway();
@@ -83,15 +80,8 @@ beforeEach(() => {
 });
 
 async function user() {
-  const id = `ptc-${++seq}`;
-  const budget: BudgetClaim = { ai: 10_000_000, compute: 0, window: 'day' };
-  const token = await gw.token({ user: id, budget });
-  const ledger = async () => {
-    await gw.invocationsDone();
-    const usage = await readUsage({ projectId: gw.projectId, userId: id, budget });
-    return { used: usage.used.ai, reserved: usage.reserved.ai, openHolds: usage.openHolds };
-  };
-  return { token, ledger, openai: new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: token, maxRetries: 0 }) };
+  const u = await gw.user('ptc');
+  return { ...u, openai: new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: u.token, maxRetries: 0 }) };
 }
 
 describe.each(CASES)('the openai SDK, $label', (c) => {

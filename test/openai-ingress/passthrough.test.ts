@@ -1,8 +1,6 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { estimateInputTokens } from '../../bin/local/upstreams/script.ts';
-import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
-import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { REASONING_DEFAULT_MAX_TOKENS } from '../../lambdas/openai-ingress/passthrough.ts';
 import { DEFAULT_MAX_TOKENS } from '../../lambdas/openai-ingress/request.ts';
 import { SseDecoder } from '../../lambdas/streaming/sse.ts';
@@ -26,7 +24,6 @@ const priced = (u: { prompt_tokens: number; completion_tokens: number; prompt_to
 };
 
 let gw: TestGateway;
-let seq = 0;
 
 beforeAll(async () => {
   gw = await startTestGateway();
@@ -43,14 +40,8 @@ beforeEach(() => {
 });
 
 async function user(ai = 10_000_000) {
-  const id = `pt-${++seq}`;
-  const budget: BudgetClaim = { ai, compute: 0, window: 'day' };
-  const token = await gw.token({ user: id, budget });
-  const usage = async () => {
-    await gw.invocationsDone();
-    return readUsage({ projectId: gw.projectId, userId: id, budget });
-  };
-  return { id, token, usage, openai: new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: token, maxRetries: 0 }) };
+  const u = await gw.user('pt', { ai });
+  return { ...u, openai: new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: u.token, maxRetries: 0 }) };
 }
 
 function post(token: string, body: unknown): Promise<Response> {
@@ -100,9 +91,9 @@ describe('OpenAI models, passed through', () => {
     expect(cost).toBe(Math.ceil(((prompt - 10) * 2_000_000 + 5 * 8_000_000 + 10 * 500_000) / 1_000_000));
     expect(res.headers.get('x-gateway-cost-microdollars')).toBe(String(cost));
     expect(res.headers.get('x-gateway-budget-remaining-microdollars')).toBe(String(10_000_000 - cost));
-    const usage = await u.usage();
-    expect(usage.used.ai).toBe(cost);
-    expect(usage.reserved.ai).toBe(0);
+    const usage = await u.ledger();
+    expect(usage.used).toBe(cost);
+    expect(usage.reserved).toBe(0);
   });
 
   it('the openai SDK: chat.completions.create JSON and streamed, charged the same usage', async () => {
@@ -126,7 +117,7 @@ describe('OpenAI models, passed through', () => {
     }
     expect(content).toBe('word1 word2 word3 word4');
     expect(usage).toMatchObject({ completion_tokens: 4, prompt_tokens: estimateInputTokens(sent()) });
-    expect((await u.usage()).used.ai).toBe(first + priced(usage!));
+    expect((await u.ledger()).used).toBe(first + priced(usage!));
   });
 
   it('a stream without include_usage is metered all the same: the gateway asks for the usage chunk and removes it', async () => {
@@ -145,9 +136,9 @@ describe('OpenAI models, passed through', () => {
     const text = chunks.map((c) => (c.choices as { delta: { content?: string } }[])[0]!.delta.content ?? '').join('');
     expect(text).toBe('word1 word2 word3');
     const prompt = estimateInputTokens(sent());
-    const usage = await u.usage();
-    expect(usage.used.ai).toBe(priced({ prompt_tokens: prompt, completion_tokens: 3 }));
-    expect(usage.reserved.ai).toBe(0);
+    const usage = await u.ledger();
+    expect(usage.used).toBe(priced({ prompt_tokens: prompt, completion_tokens: 3 }));
+    expect(usage.reserved).toBe(0);
   });
 
   it('n = 3: three choices, the prompt billed once and each choice’s tokens, reserved for three answers', async () => {
@@ -164,7 +155,7 @@ describe('OpenAI models, passed through', () => {
     expect(res.data.usage!.completion_tokens).toBe(6);
     const cost = priced(res.data.usage!);
     expect(res.response.headers.get('x-gateway-cost-microdollars')).toBe(String(cost));
-    expect((await u.usage()).used.ai).toBe(cost);
+    expect((await u.ledger()).used).toBe(cost);
 
     // A budget worth one 40-token choice but not three: the limit is lowered so that three fit.
     const prompt = estimateInputTokens({ messages: [{ role: 'user', content: 'x [[words:2]]' }] });
@@ -174,7 +165,7 @@ describe('OpenAI models, passed through', () => {
     const limit = Number(clamped.headers.get('x-gateway-max-tokens'));
     expect(limit).toBeLessThan(40);
     expect(sent().max_completion_tokens).toBe(limit);
-    expect((await tight.usage()).used.ai).toBeLessThanOrEqual(2 * (prompt + 200) + 3 * 8 * 20);
+    expect((await tight.ledger()).used).toBeLessThanOrEqual(2 * (prompt + 200) + 3 * 8 * 20);
   });
 
   it('a reasoning model without a limit gets the reasoning default; a client limit is lowered only to fit the budget', async () => {
@@ -192,9 +183,9 @@ describe('OpenAI models, passed through', () => {
     expect((bad as Error).message).toContain('OpenAI rejected the request: Simulated upstream error (HTTP 400)');
     const limited = await u.openai.chat.completions.create({ model: GPT, messages: [{ role: 'user', content: 'x [[error:429]]' }] }).catch((e: unknown) => e);
     expect(limited).toBeInstanceOf(OpenAI.RateLimitError);
-    const usage = await u.usage();
-    expect(usage.used.ai).toBe(0);
-    expect(usage.reserved.ai).toBe(0);
+    const usage = await u.ledger();
+    expect(usage.used).toBe(0);
+    expect(usage.reserved).toBe(0);
   });
 
   it.each([
@@ -227,7 +218,7 @@ describe('OpenAI models, passed through', () => {
     expect((err as InstanceType<typeof OpenAI.APIError>).param).toBe(param);
     expect((err as Error).message).toMatch(message);
     expect(upstream().requests).toHaveLength(0);
-    expect((await u.usage()).used.ai).toBe(0);
+    expect((await u.ledger()).used).toBe(0);
   });
 });
 
@@ -246,7 +237,7 @@ describe('OpenRouter models, passed through', () => {
       usage: { include: true },
     });
     expect(res.headers.get('x-gateway-cost-microdollars')).toBe('123');
-    expect((await u.usage()).used.ai).toBe(123);
+    expect((await u.ledger()).used).toBe(123);
   });
 
   it('streamed: the reported cost of the usage chunk is charged, and the chunk removed when not asked for', async () => {
@@ -257,7 +248,7 @@ describe('OpenRouter models, passed through', () => {
     expect(data.some((d) => d.includes('"cost"'))).toBe(false);
     expect(sent()).toMatchObject({ stream: true, stream_options: { include_usage: true }, usage: { include: true } });
     // 41.5 µ$ reported: charged 42 (rounded up once).
-    expect((await u.usage()).used.ai).toBe(42);
+    expect((await u.ledger()).used).toBe(42);
   });
 
   it('n above 1 is refused for a model that is not OpenAI’s', async () => {

@@ -236,10 +236,13 @@ function validUtf8(bytes: Buffer): boolean {
 }
 
 /** The contract's validation of a Messages / count_tokens body (docs/contract.md "Validation", the brief's limits). */
-export function judgeBody(bytes: Buffer, route: 'messages' | 'count_tokens', ctx: FuzzContext): Judged {
-  const { maxBodyBytes, maxJsonDepth, maxTokensCeiling } = ctx.limits;
+/**
+ * The body rules every JSON route shares (size, UTF-8, depth, JSON), with the latitude the contract leaves: a BOM may
+ * be skipped, invalid UTF-8 replaced, duplicate keys read as JSON.parse does (`alsoAllowed`: a 400 is then fine too).
+ */
+function judgeJson(bytes: Buffer, ctx: FuzzContext): { ok: false; statuses: number[]; why: string } | { ok: true; value: unknown; alsoAllowed: number[] } {
+  const { maxBodyBytes, maxJsonDepth } = ctx.limits;
   if (bytes.length > maxBodyBytes) return { ok: false, statuses: [413], why: `body of ${bytes.length} bytes` };
-  // Latitude the contract leaves: a BOM may be skipped, invalid UTF-8 replaced, duplicate keys read as JSON.parse does.
   const alsoAllowed: number[] = [];
   let text = bytes.toString('utf8');
   if (!validUtf8(bytes)) alsoAllowed.push(400);
@@ -256,7 +259,14 @@ export function judgeBody(bytes: Buffer, route: 'messages' | 'count_tokens', ctx
     return { ok: false, statuses: [400], why: 'not JSON' };
   }
   if (hasDuplicateKeys(text)) alsoAllowed.push(400);
-  const problem = schemaProblem(value, route, maxTokensCeiling);
+  return { ok: true, value, alsoAllowed };
+}
+
+export function judgeBody(bytes: Buffer, route: 'messages' | 'count_tokens', ctx: FuzzContext): Judged {
+  const json = judgeJson(bytes, ctx);
+  if (!json.ok) return json;
+  const { value, alsoAllowed } = json;
+  const problem = schemaProblem(value, route, ctx.limits.maxTokensCeiling);
   if (problem) return { ok: false, statuses: [400], why: problem };
   return { ok: true, body: value as Record<string, unknown>, alsoAllowed, why: 'valid body' };
 }
@@ -368,24 +378,9 @@ function passthroughProblem(v: Record<string, unknown>, provider: PriceProvider,
  * thing the simulated upstream refuses of what is generated (`messages` not an array): exactly 200 or 400.
  */
 export function judgeChatBody(bytes: Buffer, ctx: FuzzContext): ChatJudged {
-  const { maxBodyBytes, maxJsonDepth } = ctx.limits;
-  if (bytes.length > maxBodyBytes) return { ok: false, statuses: [413], why: `body of ${bytes.length} bytes` };
-  const alsoAllowed: number[] = [];
-  let text = bytes.toString('utf8');
-  if (!validUtf8(bytes)) alsoAllowed.push(400);
-  if (text.startsWith('\ufeff')) {
-    text = text.slice(1);
-    alsoAllowed.push(400);
-  }
-  const depth = jsonDepth(text);
-  if (depth > maxJsonDepth) return { ok: false, statuses: [400], why: `JSON nested ${depth} deep` };
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return { ok: false, statuses: [400], why: 'not JSON' };
-  }
-  if (hasDuplicateKeys(text)) alsoAllowed.push(400);
+  const json = judgeJson(bytes, ctx);
+  if (!json.ok) return json;
+  const { value, alsoAllowed } = json;
   if (!isObject(value)) return { ok: false, statuses: [400], why: 'body is not an object' };
   const model = value.model;
   if (typeof model !== 'string' || model === '') return { ok: false, statuses: [400], why: 'model' };
