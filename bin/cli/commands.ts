@@ -19,7 +19,6 @@ import {
   getDeploymentPricing,
   getDeveloper,
   getProject,
-  listProjects,
   RegistryError,
   removeDeploymentPrice,
   rotateProjectSecret,
@@ -32,6 +31,7 @@ import {
   setUserBlocked,
   setProviderKey,
 } from '../../lambdas/registry/registry.ts';
+import { listProjects } from '../../lambdas/registry/listing.ts';
 import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
 import { redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
 import type { Target } from './target.ts';

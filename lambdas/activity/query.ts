@@ -1,11 +1,11 @@
 import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { env } from '../config/env.ts';
 import { documentClient } from '../store/dynamo.ts';
-import { ACTIVITY_BUCKETS, dayOf, hourOf } from './record.ts';
+import { ACTIVITY_BUCKETS, hourOf, monthOf } from './record.ts';
 
 /**
  * Reading activity records back (lambdas/activity/record.ts has the layout): a project's hours in a span, one query
- * per (day, bucket) with the span as a sort-key range, and totals grouped as the owner asks (`gateway activity`, the
+ * per (month, bucket) with the span as a sort-key range, and totals grouped as the owner asks (`gateway activity`, the
  * console).
  */
 
@@ -43,16 +43,18 @@ export const COUNTERS: readonly (keyof ActivityCounters)[] = [
 
 export const zeroCounters = (): ActivityCounters => Object.fromEntries(COUNTERS.map((c) => [c, 0])) as unknown as ActivityCounters;
 
-const HOUR_MS = 3_600_000;
-const DAY_MS = 24 * HOUR_MS;
-
 /** Every (project, hour, user, model) row whose hour starts in [since's hour, until]. */
 export async function readActivity(projectId: string, since: Date, until: Date): Promise<ActivityRow[]> {
   const from = hourOf(since);
   const to = `${hourOf(until)}\uffff`;
-  const days: string[] = [];
-  for (let t = Date.parse(`${dayOf(since)}T00:00:00.000Z`); t <= until.getTime(); t += DAY_MS) days.push(dayOf(new Date(t)));
-  const pages = await Promise.all(days.flatMap((day) => Array.from({ length: ACTIVITY_BUCKETS }, (_, b) => queryAll(`${projectId}#${day}#${b}`, from, to))));
+  const months: string[] = [];
+  // Date.UTC carries a month index past 11 into the next year.
+  for (let i = 0, first = since.getUTCMonth(); Date.UTC(since.getUTCFullYear(), first + i) <= until.getTime(); i++) {
+    months.push(monthOf(new Date(Date.UTC(since.getUTCFullYear(), first + i))));
+  }
+  const pages = await Promise.all(
+    months.flatMap((month) => Array.from({ length: ACTIVITY_BUCKETS }, (_, b) => queryAll(`${projectId}#${month}#${b}`, from, to))),
+  );
   return pages.flat().sort((a, b) => a.hour.localeCompare(b.hour) || a.userId.localeCompare(b.userId) || a.model.localeCompare(b.model));
 }
 

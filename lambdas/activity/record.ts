@@ -14,10 +14,10 @@ import { expiresAfter } from '../store/epoch.ts';
  * is counted once and equals the ledger; never on a request's critical path (the settlement comes after the answer).
  *
  * Layout (the Activity table, partition key `pk`, sort key `sk`):
- *   pk = <projectId>#<UTC day>#<bucket>      bucket = a hash of the user id, 0 … ACTIVITY_BUCKETS − 1
+ *   pk = <projectId>#<UTC month>#<bucket>    bucket = a hash of the user id, 0 … ACTIVITY_BUCKETS − 1
  *   sk = <hour start ISO>#<user id>#<model>  (user id and model URI-encoded, so `#` cannot break the layout)
- * A project's day is ACTIVITY_BUCKETS queries (each one sort-key range for an hour span); one item per
- * (project, hour, user, model) holds the counters, added to atomically.
+ * Any span within a month — an hour, a day, the month — is ACTIVITY_BUCKETS queries (each one sort-key range); one
+ * item per (project, hour, user, model) holds the counters, added to atomically.
  *
  * Partition math (docs/activity.md): a project at 1,000 settled calls/s spreads them over ACTIVITY_BUCKETS partition
  * keys by user, ~125 writes/s each — far below DynamoDB's 1,000 write units/s per partition — and one item is
@@ -51,7 +51,7 @@ export interface ActivityKey {
 }
 
 export const hourOf = (at: Date) => `${at.toISOString().slice(0, 13)}:00:00.000Z`;
-export const dayOf = (at: Date) => at.toISOString().slice(0, 10);
+export const monthOf = (at: Date) => at.toISOString().slice(0, 7);
 
 export function bucketOf(userId: string): number {
   return createHash('sha256').update(userId).digest().readUInt32BE(0) % ACTIVITY_BUCKETS;
@@ -60,7 +60,7 @@ export function bucketOf(userId: string): number {
 /** The key of a (project, hour, user, model) item; stored data, so the format must never change. */
 export function activityKey(projectId: string, userId: string, model: string, at: Date): ActivityKey {
   return {
-    pk: `${projectId}#${dayOf(at)}#${bucketOf(userId)}`,
+    pk: `${projectId}#${monthOf(at)}#${bucketOf(userId)}`,
     sk: `${hourOf(at)}#${encodeURIComponent(userId)}#${encodeURIComponent(model)}`,
   };
 }

@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { GetCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { clock } from '../config/clock.ts';
 import { env } from '../config/env.ts';
 import { conditionalPut, conditionalUpdate, updateOnce } from '../store/conditional.ts';
@@ -97,30 +97,6 @@ async function updateProject(
   });
   if (!out.ok) throw new RegistryError(`Project ${projectId} does not exist`);
   return Project.parse(out.attributes);
-}
-
-/**
- * Every project, or a developer's, in id order. The registry holds one item per developer and project (and the
- * deployment's prices): an operator's listing scans it, in pages, reading only the projects — the table is small by
- * nature (thousands of items, never per request or per user), so no index is kept for a command run by hand.
- */
-export async function listProjects(filter: { developerId?: string } = {}): Promise<Project[]> {
-  const projects: Project[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await documentClient().send(
-      new ScanCommand({
-        TableName: table(),
-        FilterExpression: filter.developerId ? 'kind = :k AND developerId = :d' : 'kind = :k',
-        ExpressionAttributeValues: { ':k': 'project', ...(filter.developerId ? { ':d': filter.developerId } : {}) },
-        ExclusiveStartKey: start,
-        ConsistentRead: true,
-      }),
-    );
-    for (const item of out.Items ?? []) projects.push(Project.parse(item));
-    start = out.LastEvaluatedKey;
-  } while (start);
-  return projects.sort((a, b) => a.projectId.localeCompare(b.projectId));
 }
 
 /** Replaces the HMAC secret: tokens signed with the old one stop working once instances' caches expire. */

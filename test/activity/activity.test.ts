@@ -148,7 +148,7 @@ describe('activity records', () => {
     expect(out.text).toContain(`Activity of ${gw.projectId}`);
   });
 
-  it('the layout: a project-day is spread over the buckets by user, each item one (hour, user, model)', () => {
+  it('the layout: a project-month is spread over the buckets by user, each item one (hour, user, model)', () => {
     const at = new Date('2026-11-27T10:42:00Z');
     expect(activityKey('p1', 'user#1', 'or:a/b', at)).toEqual({
       pk: `p1#2026-11-27#${bucketOf('user#1')}`,
