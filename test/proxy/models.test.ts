@@ -52,7 +52,8 @@ describe('GET /v1/models', () => {
       }),
     );
     expect(refusedIds).toEqual([]);
-  });
+    // Hundreds of listed models, each one request (reserved, answered, settled and counted in the activity).
+  }, 90_000);
 
   it('answers both SDKs: each entry in both vocabularies; the OpenAI SDK gets every model in one page, the Anthropic SDK pages', async () => {
     const token = await gw.token({ user: 'both-sdks' });
