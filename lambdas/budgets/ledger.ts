@@ -10,6 +10,7 @@ import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { expiresAfter, hasExpired } from '../store/epoch.ts';
 import { countActivity, NO_MODEL } from '../activity/record.ts';
+import { finishBeforeReturn } from '../instance/unfinished.ts';
 import type { TokenUsage } from '../pricing/prices.ts';
 import { addDeveloperCompute } from './developer-month.ts';
 import { windowEnd, windowStart } from './windows.ts';
@@ -250,17 +251,20 @@ export async function settle(reservation: Reservation, actual: Amounts, now = ne
   });
   if (!written.ok) return { settled: false };
   if (reservation.developerId && actual.compute > 0) await chargeDeveloper(reservation.developerId, actual.compute, now);
-  // Only the settle that won the hold gets here: each charge is counted in the owner's activity once.
-  await countActivity({
-    projectId: reservation.key.projectId,
-    userId: reservation.key.userId,
-    model: call?.model ?? NO_MODEL,
-    aiMicros: actual.ai,
-    computeSeconds: actual.compute,
-    requests: call ? 1 : 0,
-    errors: call?.error ? 1 : 0,
-    ...(call?.tokens ? { tokens: call.tokens } : {}),
-  });
+  // Only the settle that won the hold gets here: each charge is counted in the owner's activity once. The count is
+  // work the invocation finishes before it returns, not a wait for whoever settles (the next turn of a run).
+  finishBeforeReturn(
+    countActivity({
+      projectId: reservation.key.projectId,
+      userId: reservation.key.userId,
+      model: call?.model ?? NO_MODEL,
+      aiMicros: actual.ai,
+      computeSeconds: actual.compute,
+      requests: call ? 1 : 0,
+      errors: call?.error ? 1 : 0,
+      ...(call?.tokens ? { tokens: call.tokens } : {}),
+    }),
+  );
   const usage = toUsage(reservation.key, written.attributes);
   return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
 }

@@ -151,7 +151,7 @@ describe('activity records', () => {
   it('the layout: a project-month is spread over the buckets by user, each item one (hour, user, model)', () => {
     const at = new Date('2026-11-27T10:42:00Z');
     expect(activityKey('p1', 'user#1', 'or:a/b', at)).toEqual({
-      pk: `p1#2026-11-27#${bucketOf('user#1')}`,
+      pk: `p1#2026-11#${bucketOf('user#1')}`,
       sk: '2026-11-27T10:00:00.000Z#user%231#or%3Aa%2Fb',
     });
     const buckets = new Set(Array.from({ length: 200 }, (_, i) => bucketOf(`u${i}`)));
