@@ -11,7 +11,7 @@ import { resolveTarget, type Target } from './cli/target.ts';
 
 /**
  * Commands by group: `developer` → { create, show }. Derived from COMMANDS so the two never disagree. A command of
- * one word (`activity`) is its group's only command, under the empty name.
+ * one word (`activity`, `console`) is its group's only command, under the empty name.
  */
 const GROUPS = new Map<string, Map<string, Command>>();
 for (const [name, command] of Object.entries(COMMANDS)) {
@@ -124,6 +124,7 @@ export async function main(argv: string[], deps: Dependencies = { resolveTarget 
   try {
     const out = await command.run(flags, { connect });
     process.stdout.write(`${json ? JSON.stringify(out.data) : out.text}\n`);
+    await out.serving;
     return 0;
   } catch (err) {
     if (err instanceof UsageError) return fail(2, err.message);

@@ -14,7 +14,7 @@ export const OWN_PROCESS_FILES = ['test/webhooks/secrets.test.ts'] as const;
 
 /**
  * `npm run test:system`: whole processes and real engines — `kill -9` crash tests, client disconnects at the socket,
- * the engines `npm start` starts, `cdk synth` and the Lambda bundles, the real Claude Code, a real Chromium.
+ * the engines `npm start` starts, `cdk synth` and the Lambda bundles, the real Claude Code, a real Chromium (the browser tests and the console's).
  */
 export const SYSTEM_FILES = [
   'test/vessels/crash.test.ts',
@@ -26,6 +26,7 @@ export const SYSTEM_FILES = [
   'test/lib/handlers.test.ts',
   'test/clients/claude-code.test.ts',
   'test/clients/browser.test.ts',
+  'test/console/console.test.ts',
 ] as const;
 
 /**

@@ -34,6 +34,7 @@ import {
 import { listProjects } from '../../lambdas/registry/listing.ts';
 import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
 import { redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
+import { startConsole } from '../console/server.ts';
 import type { Target } from './target.ts';
 
 const DAY_MS = 86_400_000;
@@ -42,6 +43,8 @@ const DAY_MS = 86_400_000;
 export interface Output {
   data: unknown;
   text: string;
+  /** A command that serves (`console`) runs until this settles, after its output is printed. */
+  serving?: Promise<void>;
 }
 
 type Flags = Record<string, string | undefined>;
@@ -653,6 +656,23 @@ export const COMMANDS: Record<string, Command> = {
         data: { projectId: o.project, jti, expiresAt: expiresAt || null, takesEffectWithinSeconds: effect.seconds },
         text: `Revoked token ${jti} of ${o.project} (${until})\n${effect.text}`,
       };
+    },
+  },
+  console: {
+    usage: 'console [--port N]',
+    summary:
+      'a web console on 127.0.0.1 (default port 8790): spend over time, users and their budgets, live runs, vessels and their webhooks (redeliver), /ws sessions; reads what the CLI reads',
+    async run(flags, ctx) {
+      const o = parse({ port: count('port').max(65_535, '--port must be at most 65535').default(8790) }, flags);
+      const target = await ctx.connect();
+      const running = await startConsole({ port: o.port, target: target.kind === 'local' ? 'local gateway' : 'deployed stack' });
+      // Served until the operator stops it (Ctrl-C); the connections are closed so the process can end at once.
+      const serving = new Promise<void>((resolve) => {
+        const stop = () => void running.close().then(resolve);
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      });
+      return { data: { url: running.url, target: target.kind }, text: `Console on ${running.url} (Ctrl-C stops it)`, serving };
     },
   },
   'user block': userBlockCommand(true),

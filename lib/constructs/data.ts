@@ -41,7 +41,9 @@ export class GatewayData extends Construct {
           indexName: index.name,
           partitionKey: attribute(index.partitionKey),
           ...(index.sortKey ? { sortKey: attribute(index.sortKey) } : {}),
-          projectionType: dynamodb.ProjectionType.ALL,
+          ...(index.projection === 'ALL'
+            ? { projectionType: dynamodb.ProjectionType.ALL }
+            : { projectionType: dynamodb.ProjectionType.INCLUDE, nonKeyAttributes: [...index.projection.include] }),
         });
       }
       return [spec.id, table] as const;
@@ -55,7 +57,8 @@ export class GatewayData extends Construct {
   }
 
   /**
-   * Lets `grantee` read, or read and write, the items of a table, and query each of the table's indexes by name.
+   * Lets `grantee` read, or read and write, the items of a table, and query each of the table's indexes by name (not
+   * the operator's own: `operatorOnly`).
    * CDK's own table grants would name `<table>/index/*` once a table has an index; naming the indexes keeps the
    * grant to what TABLES declares (and cdk-nag's IAM5 without a wildcard to acknowledge).
    */
@@ -64,7 +67,7 @@ export class GatewayData extends Construct {
     const grants = new dynamodb.TableGrants({ table, hasIndex: false });
     if (mode === 'read') grants.readData(grantee);
     else grants.readWriteData(grantee);
-    const indexes = TABLES.find((spec) => spec.id === id)?.indexes ?? [];
+    const indexes = (TABLES.find((spec) => spec.id === id)?.indexes ?? []).filter((index) => !index.operatorOnly);
     if (indexes.length) {
       grantee.grantPrincipal.addToPrincipalPolicy(
         new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: indexes.map((index) => `${table.tableArn}/index/${index.name}`) }),

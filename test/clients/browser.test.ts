@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -15,6 +15,7 @@ import { AUTH_DEADLINE_SECONDS } from '../../lambdas/config/timing.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
 import { createProject } from '../../lambdas/registry/registry.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
+import { CHROMIUM, CHROMIUM_CANDIDATES, CHROMIUM_FLAGS, IN_CI, SKIP_REASON } from '../support/chromium.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { windowsWithHolds } from '../support/holds.ts';
 
@@ -27,7 +28,8 @@ import { windowsWithHolds } from '../support/holds.ts';
  * also proves the headers were there.
  *
  * Chromium is Debian's (`apt-get install chromium`, which .ci/run does), driven by playwright-core; no browser is
- * downloaded. Without one the file is skipped, with the reason in its name — except under CI, where it fails.
+ * downloaded (test/support/chromium.ts). Without one the file is skipped, with the reason in its name — except under
+ * CI, where it fails.
  */
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -36,26 +38,6 @@ const SDK_VERSION = (JSON.parse(readFileSync(join(ROOT, 'node_modules/@anthropic
 /** What the example imports the SDK from, and what this test serves instead (the machine has no network). */
 const CDN_SDK = `https://esm.sh/@anthropic-ai/sdk@${SDK_VERSION}`;
 const LOCAL_SDK = '/anthropic-sdk.js';
-
-/** CHROMIUM_PATH, when set, is the only candidate (so a run without Chromium can be tried on a machine with one). */
-const CHROMIUM_CANDIDATES = process.env.CHROMIUM_PATH
-  ? [process.env.CHROMIUM_PATH]
-  : ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome-stable', '/usr/bin/google-chrome'];
-const CHROMIUM = CHROMIUM_CANDIDATES.find((p) => existsSync(p));
-const IN_CI = Boolean(process.env.CI);
-/**
- * The flags that work here (root, no network): no sandbox (root), no GPU, and nothing Chromium would fetch by itself.
- * playwright-core adds `--headless` and a fresh temporary `--user-data-dir` of its own.
- */
-const CHROMIUM_FLAGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 const MODEL = 'claude-sonnet-4-6';
 const BUDGET = { ai: 10_000_000, compute: 3600, window: 'day' as const };
@@ -320,7 +302,7 @@ const words = (n: number) => Array.from({ length: n }, (_, i) => `word${i + 1}`)
 const logs = () => `page console:\n${pageLog.join('\n')}`;
 
 const describeBrowser = CHROMIUM ? describe : describe.skip;
-const skipReason = CHROMIUM ? '' : ` (skipped: no Chromium found at ${CHROMIUM_CANDIDATES.join(', ')}: apt-get install chromium, or set CHROMIUM_PATH)`;
+const skipReason = SKIP_REASON;
 
 describe('docs/browser.md', () => {
   it('quotes docs/examples/browser.html: every js block of the page is in the tested example, verbatim but for indentation', () => {

@@ -9,7 +9,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONJURE_ROUTES } from '../../lambdas/conjure/routes.ts';
 import { FUNCTIONS, functionSpec, type FunctionAccess, type FunctionSpec } from '../../lambdas/handlers/manifest.ts';
 import { QUEUES, queueSpec } from '../../lambdas/store/queues.ts';
-import { SESSIONS_SWEEP_INDEX, TABLES, VESSELS_PARKED_INDEX, VESSELS_RECONCILE_INDEX } from '../../lambdas/store/tables.ts';
+import {
+  projectionOf,
+  SESSIONS_PROJECT_INDEX,
+  SESSIONS_SWEEP_INDEX,
+  TABLES,
+  VESSELS_PARKED_INDEX,
+  VESSELS_PROJECT_INDEX,
+  VESSELS_RECONCILE_INDEX,
+} from '../../lambdas/store/tables.ts';
 import { buildGatewayApp, gatewayOptions } from '../../lib/app.ts';
 import { GatewayQueues } from '../../lib/constructs/queues.ts';
 import { GatewayScheduling } from '../../lib/constructs/scheduling.ts';
@@ -346,8 +354,9 @@ describe('IAM', () => {
       const statements = roleStatements(resources, logicalIdOf(stack.functionOf(spec.id).role)).map(({ statement }) => statement);
       const onIndex = statements.filter((st) => JSON.stringify(st.Resource).includes('/index/'));
       // One Query statement on the indexes of every indexed table the entry names (CDK merges them), in any order.
+      // Not the operator's own indexes (the console's listings): no function queries them.
       const expected = TABLES.filter((t) => t.indexes?.length && spec.access.tables[t.id]).flatMap((t) =>
-        t.indexes!.map((i) => JSON.stringify(indexArn(t, i.name))),
+        t.indexes!.filter((i) => !i.operatorOnly).map((i) => JSON.stringify(indexArn(t, i.name))),
       );
       expect(
         onIndex.map((st) => ({
@@ -402,7 +411,7 @@ describe('data', () => {
           { AttributeName: index.partitionKey.name, KeyType: 'HASH' },
           ...(index.sortKey ? [{ AttributeName: index.sortKey.name, KeyType: 'RANGE' }] : []),
         ],
-        Projection: { ProjectionType: index.projection },
+        Projection: projectionOf(index),
       })),
     );
     for (const index of spec.indexes ?? []) {
@@ -412,9 +421,9 @@ describe('data', () => {
     }
   });
 
-  it('the Vessels table has the sparse reconcile and parked indexes, projection ALL', () => {
+  it("the Vessels table has the sparse reconcile and parked indexes, projection ALL, and the project's listing", () => {
     const vessels = resources[logicalIdOf(stack.data.tables.Vessels)]!;
-    expect([VESSELS_RECONCILE_INDEX, VESSELS_PARKED_INDEX]).toEqual(['reconcile', 'parked']);
+    expect([VESSELS_RECONCILE_INDEX, VESSELS_PARKED_INDEX, VESSELS_PROJECT_INDEX]).toEqual(['reconcile', 'parked', 'project']);
     expect(vessels.Properties?.GlobalSecondaryIndexes).toEqual([
       {
         IndexName: 'reconcile',
@@ -431,6 +440,15 @@ describe('data', () => {
           { AttributeName: 'parkedAt', KeyType: 'RANGE' },
         ],
         Projection: { ProjectionType: 'ALL' },
+      },
+      {
+        IndexName: 'project',
+        KeySchema: [
+          { AttributeName: 'projectId', KeyType: 'HASH' },
+          { AttributeName: 'createdAt', KeyType: 'RANGE' },
+        ],
+        // The listing's attributes only: never the output, the options or the callback's encrypted secret.
+        Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['vesselId', 'userId', 'status', 'scheduledFor', 'startedAt', 'completedAt'] },
       },
     ]);
     expect(vessels.Properties?.AttributeDefinitions).toEqual(
@@ -1099,8 +1117,8 @@ describe('/ws sessions', () => {
     );
   });
 
-  it('the Sessions table has the sparse sweep index (sweepShard, sweepAt), projection ALL, and its TTL', () => {
-    expect(SESSIONS_SWEEP_INDEX).toBe('sweep');
+  it("the Sessions table has the sparse sweep index (sweepShard, sweepAt), projection ALL, the project's listing, and its TTL", () => {
+    expect([SESSIONS_SWEEP_INDEX, SESSIONS_PROJECT_INDEX]).toEqual(['sweep', 'project']);
     const table = resources[logicalIdOf(stack.data.tables.Sessions)]!;
     expect(table.Properties?.GlobalSecondaryIndexes).toEqual([
       {
@@ -1110,6 +1128,15 @@ describe('/ws sessions', () => {
           { AttributeName: 'sweepAt', KeyType: 'RANGE' },
         ],
         Projection: { ProjectionType: 'ALL' },
+      },
+      {
+        IndexName: 'project',
+        KeySchema: [
+          { AttributeName: 'projectId', KeyType: 'HASH' },
+          { AttributeName: 'createdAt', KeyType: 'RANGE' },
+        ],
+        // Never the conversation.
+        Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['sessionId', 'userId', 'state', 'messages'] },
       },
     ]);
     expect(table.Properties?.AttributeDefinitions).toEqual(
