@@ -340,6 +340,7 @@ export const COMMANDS: Record<string, Command> = {
       const allowance = developerAllowance(dev, used);
       const data = {
         ...describeDeveloper(dev),
+        alerts: describeAlerts(dev.alerts),
         tier: tier.name,
         maxConcurrency: tier.maxConcurrency,
         liveLeases: leases,

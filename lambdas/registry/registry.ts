@@ -353,10 +353,10 @@ export function describeAlerts(alerts: ProjectAlerts | DeveloperAlerts | undefin
   };
 }
 
-/** What an operator may see of a developer: the record, its alerts' secret left out. */
+/** What an operator may see of a developer: the record, with its alerts (when it has some) but never their secret. */
 export function describeDeveloper(developer: Developer) {
   const { alerts, ...rest } = developer;
-  return { ...rest, alerts: describeAlerts(alerts) };
+  return { ...rest, ...(alerts ? { alerts: describeAlerts(alerts) } : {}) };
 }
 
 /** What an operator may see of a project: everything but the secret's value and the provider keys' values. */

@@ -10,7 +10,7 @@ import { getProject } from '../../lambdas/registry/registry.ts';
 import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { createDeveloper, setDeveloperAlerts, setProjectAlerts } from '../../lambdas/registry/registry.ts';
 import { verifyWebhook } from '../../lambdas/webhooks/verify.ts';
-import { alertWebhookOf } from '../../lambdas/webhooks/redeliver.ts';
+import { alertWebhookOf, redeliverAlert } from '../../lambdas/webhooks/redeliver.ts';
 import { setClock } from '../support/clock.ts';
 import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -108,10 +108,8 @@ describe('user.budget.threshold', () => {
     const userId = `alerted-${++seq}`;
     const budget = REQUESTS * CHARGE;
     const claim = { ai: budget, compute: 60, window: 'day' as const };
-    const startedAt = performance.now();
     await burst(await gw.token({ user: userId, budget: claim }), REQUESTS);
     const got = (await deliveries(2)).sort(byThreshold);
-    console.info(`${REQUESTS} requests and their 2 alerts in ${Math.round(performance.now() - startedAt)} ms`);
 
     // The ledger: the budget spent to the microdollar, nothing held.
     const usage = await readUsage({ projectId: gw.projectId, userId, budget: claim });
@@ -277,6 +275,18 @@ describe('once per crossing', () => {
     expect(shown.webhook.attempts.map((a) => [a.round, a.attempt, a.statusCode])).toEqual([
       [1, 1, 500],
       [1, 2, 204],
+    ]);
+
+    // An operator's redelivery (`gateway webhook redeliver --alert`): round 2, the same webhook-id and bytes.
+    rx.requests.length = 0;
+    expect(await redeliverAlert(alertId)).toMatchObject({ alertId, round: 2 });
+    const [again] = await deliveries(1);
+    expect(again!.request.headers['webhook-id']).toBe(first!.request.headers['webhook-id']);
+    expect(again!.request.text).toBe(first!.request.text);
+    expect((await alertWebhookOf(alertId)).webhook.attempts.map((a) => [a.round, a.attempt, a.statusCode])).toEqual([
+      [1, 1, 500],
+      [1, 2, 204],
+      [2, 1, 204],
     ]);
   });
 

@@ -132,6 +132,7 @@ describe('operator CLI against a running local gateway', () => {
       planSeconds: 4_000_000,
       poolSeconds: 100,
       createdAt: created.createdAt,
+      alerts: 'none',
       tier: 'starter',
       maxConcurrency: 5,
       liveLeases: [],
@@ -221,6 +222,7 @@ describe('operator CLI against a running local gateway', () => {
       revokedTokens: 0,
       blockedUsers: [],
       tokensRevokedBefore: {},
+      alerts: 'none',
       createdAt: expect.any(String),
     });
 
@@ -817,7 +819,10 @@ describe('registry (in process)', () => {
     expect(rotated.secretRotatedAt).toMatch(/^\d{4}-/);
     const d = describeProject(rotated);
     expect(JSON.stringify(d)).not.toContain(rotated.secret);
+    expect(d.alerts).toBe('none');
     expect(Object.keys(d).sort()).toEqual([
+      // Its budget alerts, never their secret ('none' here).
+      'alerts',
       'blockedUsers',
       'createdAt',
       'developerId',
