@@ -11,9 +11,13 @@ import { developerAllowance } from '../../lambdas/plans/compute.ts';
 import { liveLeases } from '../../lambdas/plans/leases.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
 import { MAX_PROJECT_ORIGINS, MAX_TOKEN_ORIGINS, originList } from '../../lambdas/origins/pattern.ts';
-import { type CustomPrice, Identifier, type ModelPrices, PricedModel, ProjectProvider } from '../../lambdas/registry/model.ts';
+import { MAX_ALERT_THRESHOLDS, type CustomPrice, Identifier, type ModelPrices, PricedModel, ProjectProvider } from '../../lambdas/registry/model.ts';
 import {
+  clearDeveloperAlerts,
+  clearProjectAlerts,
   createDeveloper,
+  describeAlerts,
+  describeDeveloper,
   createProject,
   describeProject,
   getDeploymentPricing,
@@ -23,8 +27,10 @@ import {
   removeDeploymentPrice,
   rotateProjectSecret,
   setDeploymentPrice,
+  setDeveloperAlerts,
   setDeveloperPlan,
   setModelPricing,
+  setProjectAlerts,
   setProjectOrigins,
   revokeToken,
   revokeUserTokens,
@@ -33,7 +39,8 @@ import {
 } from '../../lambdas/registry/registry.ts';
 import { listProjects } from '../../lambdas/registry/listing.ts';
 import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
-import { redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
+import { alertWebhookOf, redeliverAlert, redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
+import type { WebhookView } from '../../lambdas/deliveries/record.ts';
 import { startConsole } from '../console/server.ts';
 import type { Target } from './target.ts';
 
@@ -71,7 +78,7 @@ export interface Command {
  */
 function takesEffect(
   target: Pick<Target, 'kind' | 'secretCacheSeconds'>,
-  change: 'secret' | 'provider-key' | 'pricing' | 'deployment-pricing' | 'deployment-unpricing' | 'origins' | 'revocation' | 'unblock',
+  change: 'secret' | 'provider-key' | 'pricing' | 'deployment-pricing' | 'deployment-unpricing' | 'origins' | 'revocation' | 'unblock' | 'alerts',
 ): { seconds: number; text: string } {
   const s = target.secretCacheSeconds;
   if (target.kind === 'local') return { seconds: s, text: `The local gateway picks up the change within ${s} s.` };
@@ -102,6 +109,8 @@ function takesEffect(
         seconds: s,
         text: `${within}: until then an instance that read the deployment's prices earlier may still charge the removed price.`,
       };
+    case 'alerts':
+      return { seconds: s, text: `${within}: until then an instance may fire alerts by the settings it cached.` };
     case 'revocation':
       return {
         seconds: s,
@@ -136,6 +145,43 @@ const originsFlag = (max: number) =>
     .string()
     .transform((list) => list.split(',').filter((o) => o.trim() !== ''))
     .pipe(originList(max));
+/**
+ * `--ai 50,80,100`: whole percentages of a budget, comma-separated; sorted, each once (the registry checks them again
+ * with the schema the record is read with: lambdas/registry/model.ts AlertThresholds).
+ */
+const percentagesFlag = (name: string) =>
+  z.string().transform((list, ctx) => {
+    const parts = list.split(',').map((p) => p.trim());
+    const bad = parts.find((p) => !/^\d+$/.test(p) || Number(p) < 1 || Number(p) > 100);
+    if (bad !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `--${name} takes whole percentages from 1 to 100, comma-separated (e.g. 50,80,100): "${bad}" is not one`,
+      });
+      return z.NEVER;
+    }
+    const percentages = [...new Set(parts.map(Number))].sort((a, b) => a - b);
+    if (percentages.length > MAX_ALERT_THRESHOLDS) {
+      ctx.addIssue({ code: 'custom', message: `--${name} takes at most ${MAX_ALERT_THRESHOLDS} percentages, got ${percentages.length}` });
+      return z.NEVER;
+    }
+    return percentages;
+  });
+/** Where alerts go, and the secret that signs them (stored encrypted, never shown). */
+const ALERT_TARGET_FLAGS = {
+  url: z.string({ error: '--url is required: where the signed alerts are POSTed' }).min(1, '--url must not be empty'),
+  secret: z.string({ error: '--secret is required: every alert is signed with it' }).min(1, '--secret must not be empty'),
+};
+/** `50, 80, 100 %` of the AI budget …, for people. */
+function describeAlertsText(alerts: ReturnType<typeof describeAlerts>): string {
+  if (alerts === 'none') return 'no alerts';
+  const meters = [
+    ...('ai' in alerts && alerts.ai ? [`AI budget at ${alerts.ai.join(', ')} %`] : []),
+    ...(alerts.compute ? [`compute at ${alerts.compute.join(', ')} %`] : []),
+  ];
+  return `${meters.join('; ')} → ${alerts.url} (signed)`;
+}
+
 const required = <T extends z.ZodType>(name: string, schema: T) =>
   z.preprocess((v) => v, z.string({ error: `--${name} is required` }).pipe(schema as never)) as unknown as T;
 
@@ -208,6 +254,15 @@ function tokenClaims(token: string): Record<string, unknown> {
   }
 }
 
+/** A delivery record's status and attempts, for people (`webhook show`). */
+function deliveryLines(w: WebhookView): string[] {
+  return [
+    `  delivery: ${w.status}${'failure' in w && w.failure ? ` (${w.failure})` : ''}`,
+    ...w.attempts.map((a) => `    round ${a.round} attempt ${a.attempt} at ${a.time}: ${a.statusCode ?? a.error} in ${a.durationMs} ms`),
+    ...('nextAttemptAt' in w && w.nextAttemptAt ? [`  next attempt: ${w.nextAttemptAt}`] : []),
+  ];
+}
+
 /** A refused operation outside the registry (a vessel that cannot be redelivered) exits like a registry refusal: 1. */
 async function refusedAsRegistryError<T>(run: () => Promise<T>): Promise<T> {
   try {
@@ -258,7 +313,7 @@ export const COMMANDS: Record<string, Command> = {
       const dev = await createDeveloper({ developerId: o.id, planSeconds: o['plan-seconds'], poolSeconds: o['pool-seconds'] });
       const tier = tierFor(dev.planSeconds);
       return {
-        data: { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency },
+        data: { ...describeDeveloper(dev), tier: tier.name, maxConcurrency: tier.maxConcurrency },
         text: `Created developer ${dev.developerId} (${tier.name} tier, ${tier.maxConcurrency} concurrent runs)`,
       };
     },
@@ -275,7 +330,7 @@ export const COMMANDS: Record<string, Command> = {
       const dev = await setDeveloperPlan(o.id, { planSeconds: o['plan-seconds'], poolSeconds: o['pool-seconds'] });
       const tier = tierFor(dev.planSeconds);
       return {
-        data: { ...dev, tier: tier.name, maxConcurrency: tier.maxConcurrency },
+        data: { ...describeDeveloper(dev), tier: tier.name, maxConcurrency: tier.maxConcurrency },
         text: `Set the plan of ${dev.developerId}: ${dev.planSeconds} s + pool ${dev.poolSeconds} s (${tier.name} tier, ${tier.maxConcurrency} concurrent runs, from the next run)`,
       };
     },
@@ -300,7 +355,8 @@ export const COMMANDS: Record<string, Command> = {
       // The AI dollars of the developer's users this month: the projects' activity (docs/activity.md).
       const spent = await Promise.all(projects.map(async (p) => totalActivity(await readActivity(p.projectId, monthStart, now)).aiMicros));
       const data = {
-        ...dev,
+        ...describeDeveloper(dev),
+        alerts: describeAlerts(dev.alerts),
         tier: tier.name,
         maxConcurrency: tier.maxConcurrency,
         liveLeases: leases,
@@ -318,6 +374,7 @@ export const COMMANDS: Record<string, Command> = {
           `  AI this month: ${data.aiMicrosThisMonth} µ$ over ${projects.length} project(s)${projects.length ? ` (${data.projects.map((p) => `${p.projectId} ${p.aiMicrosThisMonth} µ$`).join(', ')})` : ''}`,
           `  live runs: ${leases.length} of ${tier.maxConcurrency}`,
           ...leases.map((l) => `    ${l.sessionId} (user ${l.userId}, ${Math.round(l.ageMs / 1000)} s)`),
+          `  plan alerts: ${describeAlertsText(data.alerts)}`,
         ].join('\n'),
       };
     },
@@ -359,6 +416,36 @@ export const COMMANDS: Record<string, Command> = {
           `  last 30 days: ${data.last30Days.total.aiMicros} µ$ over ${data.last30Days.total.requests} calls`,
           ...byModel.map((g) => `    ${g.key === NO_MODEL ? 'compute' : g.key}: ${g.aiMicros} µ$, ${g.requests} calls, ${g.computeSeconds} s compute`),
         ].join('\n'),
+      };
+    },
+  },
+  'developer set-alerts': {
+    usage: 'developer set-alerts --id ID --compute 80,100 --url URL --secret SECRET',
+    summary:
+      "POST a signed developer.plan.threshold event to URL when the developer's month of compute crosses each percentage of the plan (once per month and percentage)",
+    async run(flags, ctx) {
+      const o = parse({ id: required('id', Identifier), compute: required('compute', percentagesFlag('compute')), ...ALERT_TARGET_FLAGS }, flags);
+      const target = await ctx.connect();
+      const dev = await setDeveloperAlerts(o.id, { compute: o.compute, url: o.url, secret: o.secret });
+      const alerts = describeAlerts(dev.alerts);
+      const effect = takesEffect(target, 'alerts');
+      return {
+        data: { developerId: dev.developerId, alerts, takesEffectWithinSeconds: effect.seconds },
+        text: `Plan alerts of ${dev.developerId}: ${describeAlertsText(alerts)}\n${effect.text}`,
+      };
+    },
+  },
+  'developer clear-alerts': {
+    usage: 'developer clear-alerts --id ID',
+    summary: "stop a developer's plan alerts (those already fired are still delivered)",
+    async run(flags, ctx) {
+      const o = parse({ id: required('id', Identifier) }, flags);
+      const target = await ctx.connect();
+      const dev = await clearDeveloperAlerts(o.id);
+      const effect = takesEffect(target, 'alerts');
+      return {
+        data: { developerId: dev.developerId, alerts: describeAlerts(dev.alerts), takesEffectWithinSeconds: effect.seconds },
+        text: `Cleared the plan alerts of ${dev.developerId}\n${effect.text}`,
       };
     },
   },
@@ -558,32 +645,92 @@ export const COMMANDS: Record<string, Command> = {
       };
     },
   },
-  'webhook show': {
-    usage: 'webhook show --vessel ID',
-    summary: "a vessel's callback delivery: status and every attempt (time, status code or error, duration)",
+  'project set-alerts': {
+    usage: 'project set-alerts --project ID [--ai 50,80,100] [--compute 80,100] --url URL --secret SECRET',
+    summary:
+      "POST a signed user.budget.threshold event to URL when a user's window crosses each percentage of their AI or compute budget (once per user, window and percentage)",
     async run(flags, ctx) {
-      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
+      const o = parse(
+        {
+          project: required('project', Identifier),
+          ai: percentagesFlag('ai').optional(),
+          compute: percentagesFlag('compute').optional(),
+          ...ALERT_TARGET_FLAGS,
+        },
+        flags,
+      );
+      if (!o.ai && !o.compute) throw new UsageError('give --ai, --compute or both: the percentages of the budgets to alert at');
+      const target = await ctx.connect();
+      const project = await setProjectAlerts(o.project, { ai: o.ai, compute: o.compute, url: o.url, secret: o.secret });
+      const alerts = describeAlerts(project.alerts);
+      const effect = takesEffect(target, 'alerts');
+      return {
+        data: { projectId: project.projectId, alerts, takesEffectWithinSeconds: effect.seconds },
+        text: `Budget alerts of ${project.projectId}: ${describeAlertsText(alerts)}\n${effect.text}`,
+      };
+    },
+  },
+  'project clear-alerts': {
+    usage: 'project clear-alerts --project ID',
+    summary: "stop a project's budget alerts (those already fired are still delivered)",
+    async run(flags, ctx) {
+      const o = parse({ project: required('project', Identifier) }, flags);
+      const target = await ctx.connect();
+      const project = await clearProjectAlerts(o.project);
+      const effect = takesEffect(target, 'alerts');
+      return {
+        data: { projectId: project.projectId, alerts: describeAlerts(project.alerts), takesEffectWithinSeconds: effect.seconds },
+        text: `Cleared the budget alerts of ${project.projectId}\n${effect.text}`,
+      };
+    },
+  },
+  'webhook show': {
+    usage: 'webhook show (--vessel ID | --alert ID)',
+    summary: "a vessel's callback delivery, or a budget alert's: status and every attempt (time, status code or error, duration)",
+    async run(flags, ctx) {
+      const o = parse(
+        { vessel: z.string().min(1, '--vessel must not be empty').optional(), alert: z.string().min(1, '--alert must not be empty').optional() },
+        flags,
+      );
+      if ((o.vessel === undefined) === (o.alert === undefined)) throw new UsageError('give either --vessel or --alert');
       await ctx.connect();
-      const shown = await refusedAsRegistryError(() => webhookOf(o.vessel));
+      if (o.alert !== undefined) {
+        const alert = await refusedAsRegistryError(() => alertWebhookOf(o.alert!));
+        return {
+          data: alert,
+          text: [`Alert ${alert.alertId}: ${alert.event} ${JSON.stringify(alert.fields)} → ${alert.url} (signed)`, ...deliveryLines(alert.webhook)].join('\n'),
+        };
+      }
+      const vessel = o.vessel!;
+      const shown = await refusedAsRegistryError(() => webhookOf(vessel));
       const w = shown.webhook;
       return {
         data: shown,
         text: [
           `Vessel ${shown.vesselId} (${shown.status}) → ${shown.url}${shown.signed ? ' (signed)' : ''}`,
-          w ? `  delivery: ${w.status}${'failure' in w && w.failure ? ` (${w.failure})` : ''}` : '  delivery: not started (the vessel has not ended)',
-          ...(w?.attempts ?? []).map((a) => `    round ${a.round} attempt ${a.attempt} at ${a.time}: ${a.statusCode ?? a.error} in ${a.durationMs} ms`),
-          ...(w && 'nextAttemptAt' in w && w.nextAttemptAt ? [`  next attempt: ${w.nextAttemptAt}`] : []),
+          ...(w ? deliveryLines(w) : ['  delivery: not started (the vessel has not ended)']),
         ].join('\n'),
       };
     },
   },
   'webhook redeliver': {
-    usage: 'webhook redeliver --vessel ID',
-    summary: "send an ended vessel's callback again: a new round of attempts (same webhook-id and body), starting now",
+    usage: 'webhook redeliver (--vessel ID | --alert ID)',
+    summary: "send an ended vessel's callback, or a budget alert, again: a new round of attempts (same webhook-id and body), starting now",
     async run(flags, ctx) {
-      const o = parse({ vessel: required('vessel', z.string().min(1, '--vessel must not be empty')) }, flags);
+      const o = parse(
+        { vessel: z.string().min(1, '--vessel must not be empty').optional(), alert: z.string().min(1, '--alert must not be empty').optional() },
+        flags,
+      );
+      if ((o.vessel === undefined) === (o.alert === undefined)) throw new UsageError('give either --vessel or --alert');
       await ctx.connect();
-      const out = await refusedAsRegistryError(() => redeliverWebhook(o.vessel));
+      if (o.alert !== undefined) {
+        const alert = await refusedAsRegistryError(() => redeliverAlert(o.alert!));
+        return {
+          data: alert,
+          text: `Redelivering alert ${alert.alertId}: round ${alert.round}, first attempt now (gateway webhook show --alert ${alert.alertId} follows it)`,
+        };
+      }
+      const out = await refusedAsRegistryError(() => redeliverWebhook(o.vessel!));
       const when = out.handedOff ? 'first attempt now' : 'the webhook queue did not answer: the reconciler hands it off within minutes';
       return {
         data: out,

@@ -38,6 +38,8 @@ export async function resolveTarget(opts: { stack?: string; region?: string; dat
     /** fauxqs and its queues (runtimes before webhooks did not record them). */
     sqsEndpoint?: string;
     queues?: Record<string, string>;
+    /** Whether the runtime lets outbound calls reach loopback (runtimes before alerts did not record it). */
+    allowLoopbackUrls?: boolean;
   };
   const recorded = runtime.secretCacheSeconds;
   return {
@@ -52,6 +54,8 @@ export async function resolveTarget(opts: { stack?: string; region?: string; dat
       ...runtime.tables,
       ...(runtime.sqsEndpoint ? { SQS_ENDPOINT: runtime.sqsEndpoint } : {}),
       ...runtime.queues,
+      // URLs the CLI stores (alert targets) are checked by the policy the local gateway calls them with.
+      ...(runtime.allowLoopbackUrls ? { ALLOW_LOOPBACK_URLS: '1' } : {}),
     },
   };
 }

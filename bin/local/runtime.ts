@@ -549,6 +549,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
             keyFile: process.env.PROVIDER_KEYS_LOCAL_KEY_FILE,
             sqsEndpoint: queues.endpoint,
             queues: queues.urls,
+            // The operator CLI checks webhook URLs (alert targets) by the gateway's own outbound policy.
+            allowLoopbackUrls: process.env.ALLOW_LOOPBACK_URLS === '1',
           },
           null,
           2,

@@ -12,6 +12,7 @@ import { expiresAfter, hasExpired } from '../store/epoch.ts';
 import { countActivity, NO_MODEL } from '../activity/record.ts';
 import { finishBeforeReturn } from '../instance/unfinished.ts';
 import type { TokenUsage } from '../pricing/prices.ts';
+import { alertDeveloperMonth, alertUserWindow } from './alerts.ts';
 import { addDeveloperCompute } from './developer-month.ts';
 import { windowEnd, windowStart } from './windows.ts';
 
@@ -21,7 +22,7 @@ import { windowEnd, windowStart } from './windows.ts';
  *   <m>Used       settled spend
  *   <m>Reserved   sum of open reservations
  *   <m>Committed  Used + Reserved, kept as its own attribute because a condition expression cannot add
- *   holds         open reservations by id: { ai, compute, expiresAt, developerId? }
+ *   holds         open reservations by id: { ai, compute, expiresAt, developerId?, budget? }
  * for each meter m of `ai` (microdollars) and `compute` (seconds).
  *
  * Every change is one conditional UpdateItem, so DynamoDB serialises concurrent requests for us:
@@ -31,7 +32,8 @@ import { windowEnd, windowStart } from './windows.ts';
  *   sweep    settles holds past their expiry through the same conditional     → exactly once
  * A run's compute reservation names the developer whose plan admitted it (`developerId`): whoever settles the hold —
  * the run itself, or the sweep after a crash — adds its compute seconds to that developer's month, so the developer
- * is charged the seconds the user is, exactly once.
+ * is charged the seconds the user is, exactly once. A hold also keeps the budget its caller's token claimed, so that
+ * whoever settles it can tell which of the project's alert thresholds the charge crossed (budgets/alerts.ts).
  */
 
 export type Meter = 'ai' | 'compute';
@@ -53,6 +55,8 @@ export interface Reservation {
   expiresAt: number;
   /** The developer whose month the settled compute seconds are added to (a run's compute reservation). */
   developerId?: string;
+  /** The budget of the caller's token, against which a settlement's budget alerts are told (absent: none fire). */
+  budget?: Amounts;
 }
 
 export interface WindowUsage {
@@ -146,8 +150,9 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
     'attribute_not_exists(holds.#id)',
     ...input.enforce.map((m) => `${m}Committed <= :${m}Limit AND ${m}Committed < :${m}Budget`),
   ];
+  const budget: Amounts = { ai: input.caller.budget.ai, compute: input.caller.budget.compute };
   const values: Record<string, unknown> = {
-    ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) },
+    ':hold': { ai: input.amounts.ai, compute: input.amounts.compute, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}), budget },
     ':ai': input.amounts.ai,
     ':compute': input.amounts.compute,
   };
@@ -173,7 +178,14 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
     if (written.ok || (written.seen?.holds as Record<string, unknown> | undefined)?.[id] !== undefined) {
       const counters = written.ok ? written.attributes : written.seen;
       const after = (m: Meter) => (typeof counters?.[`${m}Committed`] === 'number' ? (counters[`${m}Committed`] as number) : 0);
-      const reservation: Reservation = { id, key, held: { ...input.amounts }, expiresAt, ...(input.developerId ? { developerId: input.developerId } : {}) };
+      const reservation: Reservation = {
+        id,
+        key,
+        held: { ...input.amounts },
+        expiresAt,
+        ...(input.developerId ? { developerId: input.developerId } : {}),
+        budget,
+      };
       return { ok: true, reservation, committed: { ai: after('ai'), compute: after('compute') } };
     }
     const item = written.seen;
@@ -196,7 +208,7 @@ export async function reserve(input: ReserveInput): Promise<ReserveResult> {
   throw new Error(`Could not create usage window ${key.pk}`);
 }
 
-type Hold = { ai: number; compute: number; expiresAt: number; developerId?: string };
+type Hold = { ai: number; compute: number; expiresAt: number; developerId?: string; budget?: Amounts };
 
 /** The window item's holds whose expiry has passed at `now`. */
 function expiredHolds(item: Record<string, unknown> | undefined, now: Date): [string, Hold][] {
@@ -250,6 +262,7 @@ export async function settle(reservation: Reservation, actual: Amounts, now = ne
     ReturnValues: 'UPDATED_NEW',
   });
   if (!written.ok) return { settled: false };
+  const usage = toUsage(reservation.key, written.attributes);
   if (reservation.developerId && actual.compute > 0) await chargeDeveloper(reservation.developerId, actual.compute, now);
   // Only the settle that won the hold gets here: each charge is counted in the owner's activity once. The count is
   // work the invocation finishes before it returns, not a wait for whoever settles (the next turn of a run).
@@ -265,17 +278,22 @@ export async function settle(reservation: Reservation, actual: Amounts, now = ne
       ...(call?.tokens ? { tokens: call.tokens } : {}),
     }),
   );
-  const usage = toUsage(reservation.key, written.attributes);
+  // And the thresholds this charge moved the window across, from the counters its own write returned: one alert each.
+  if (reservation.budget) await alertUserWindow({ key: reservation.key, budget: reservation.budget, used: usage.used, charged: actual, now });
   return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
 }
 
 /** The developer's share of a settle that happened: a failure is logged, since the user's side is already written. */
 async function chargeDeveloper(developerId: string, seconds: number, now: Date): Promise<void> {
+  let month: number;
   try {
-    await addDeveloperCompute(developerId, seconds, now);
+    month = await addDeveloperCompute(developerId, seconds, now);
   } catch (err) {
     logger.error('adding compute to the developer month failed', { error: err as Error, developerId, seconds });
+    return;
   }
+  // The plan's thresholds this charge moved the month across, from the total its own write returned.
+  await alertDeveloperMonth({ developerId, used: month, charged: seconds, now });
 }
 
 /**
@@ -296,7 +314,14 @@ async function settleExpiredHolds(key: WindowRef, item: Record<string, unknown> 
   let settled = 0;
   for (const [id, hold] of expiredHolds(item, now)) {
     const held = { ai: hold.ai, compute: hold.compute };
-    const reservation: Reservation = { id, key, held, expiresAt: hold.expiresAt, ...(hold.developerId ? { developerId: hold.developerId } : {}) };
+    const reservation: Reservation = {
+      id,
+      key,
+      held,
+      expiresAt: hold.expiresAt,
+      ...(hold.developerId ? { developerId: hold.developerId } : {}),
+      ...(hold.budget ? { budget: hold.budget } : {}),
+    };
     if ((await settle(reservation, held, now)).settled) settled++;
   }
   return settled;

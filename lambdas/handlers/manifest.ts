@@ -90,10 +90,13 @@ export interface FunctionSpec {
 }
 
 /**
- * Registry read (projects and their secrets), Usage read/write (budget windows), and Activity write (every settlement
- * adds to it: lambdas/activity/record.ts): what every metered function needs.
+ * Registry read (projects and their secrets), Usage read/write (budget windows, and the items of the budget alerts a
+ * settlement fires), and Activity write (every settlement adds to it: lambdas/activity/record.ts): what every metered
+ * function needs. A settlement that fires a budget alert hands it to the webhook queue (lambdas/alerts/fire.ts), so
+ * every metered function may also send there (`ALERTS`).
  */
 const LEDGER = { Registry: 'read', Usage: 'readwrite', Activity: 'readwrite' } as const;
+const ALERTS = 'webhook';
 
 export const FUNCTIONS = [
   {
@@ -106,7 +109,8 @@ export const FUNCTIONS = [
     memoryMb: 1769,
     timeoutSeconds: 900,
     trigger: { kind: 'streaming-url', paths: ['/v1'] },
-    access: { tables: LEDGER, providers: true, queues: [] },
+    // webhook: a settlement's budget alert (ALERTS).
+    access: { tables: LEDGER, providers: true, queues: [ALERTS] },
   },
   {
     id: 'ConjureApi',
@@ -129,8 +133,8 @@ export const FUNCTIONS = [
     timeoutSeconds: 900,
     trigger: { kind: 'streaming-url', paths: ['/prompt'] },
     // Leases: the developer's concurrency; providers: the model calls; Vessels and the run queue: a run's end wakes
-    // the developer's oldest vessel parked for its slot (lambdas/vessels/park.ts).
-    access: { tables: { ...LEDGER, Leases: 'readwrite', Vessels: 'readwrite' }, providers: true, queues: ['run'] },
+    // the developer's oldest vessel parked for its slot (lambdas/vessels/park.ts); webhook: budget alerts (ALERTS).
+    access: { tables: { ...LEDGER, Leases: 'readwrite', Vessels: 'readwrite' }, providers: true, queues: ['run', ALERTS] },
   },
   {
     id: 'VesselExecutor',
@@ -165,19 +169,27 @@ export const FUNCTIONS = [
   {
     id: 'WebhookSender',
     entry: 'lambdas/handlers/webhook-sender.ts',
-    description: 'Prompt gateway webhook sender (delivers vessel callbacks from the webhook queue)',
+    description: 'Prompt gateway webhook sender (delivers vessel callbacks and budget alerts from the webhook queue)',
     memoryMb: 256,
     timeoutSeconds: 30,
     // Ten deliveries per invocation (the webhook queue's batch size), made concurrently, each cut at 10 s.
     trigger: { kind: 'sqs', queue: 'webhook' },
-    // Vessels: each attempt is claimed and recorded on its vessel; decrypts: the callback secret; webhook: the next
-    // attempt (delayed, or scheduled beyond 15 minutes), and its dead-letter queue once the retries are spent.
-    access: { tables: { Vessels: 'readwrite' }, providers: false, decrypts: true, queues: ['webhook'], deadLetters: ['webhook'], scheduler: true },
+    // Vessels and Usage: each attempt is claimed and recorded on its vessel, or on its budget alert's item; decrypts:
+    // the callback (or alert) secret; webhook: the next attempt (delayed, or scheduled beyond 15 minutes), and its
+    // dead-letter queue once the retries are spent.
+    access: {
+      tables: { Vessels: 'readwrite', Usage: 'readwrite' },
+      providers: false,
+      decrypts: true,
+      queues: ['webhook'],
+      deadLetters: ['webhook'],
+      scheduler: true,
+    },
     recursion: {
       allowed: true,
       reason:
         'It sends to its own webhook queue: the next attempt of a delivery (delayed, or scheduled beyond 15 minutes) and ' +
-        'an early message put back. Each hop is a conditional transition of the delivery record on its vessel; the ' +
+        'an early message put back. Each hop is a conditional transition of the delivery record on its vessel or alert; the ' +
         'retries are bounded by WEBHOOK_RETRY_WAITS, after which the delivery goes to the dead-letter queue.',
     },
   },
@@ -202,8 +214,14 @@ export const FUNCTIONS = [
     // One turn per invocation (the turn queue's batch size).
     trigger: { kind: 'sqs', queue: 'turn' },
     // Leases: the developer's concurrency per turn; providers: the model calls; Vessels and run: a turn's end wakes
-    // the developer's oldest vessel parked for its slot; connections: the turn's frames go back via PostToConnection.
-    access: { tables: { ...LEDGER, Sessions: 'readwrite', Leases: 'readwrite', Vessels: 'readwrite' }, providers: true, queues: ['run'], connections: true },
+    // the developer's oldest vessel parked for its slot; connections: the turn's frames go back via PostToConnection;
+    // webhook: budget alerts (ALERTS).
+    access: {
+      tables: { ...LEDGER, Sessions: 'readwrite', Leases: 'readwrite', Vessels: 'readwrite' },
+      providers: true,
+      queues: ['run', ALERTS],
+      connections: true,
+    },
   },
   {
     id: 'SessionSweeper',

@@ -8,7 +8,7 @@ import type { ModelInfo } from '../proxy/models.ts';
 import type { LiveSession, MeterFigures } from '../refusals/refusal.ts';
 import type { tokenError } from '../refusals/conjure.ts';
 import type { UsageReport } from '../usage/report.ts';
-import type { WebhookFailure, WebhookStatus, WebhookView } from '../vessels/delivery.ts';
+import type { WebhookFailure, WebhookStatus, WebhookView } from '../deliveries/record.ts';
 import { TASK_IDENTIFIER, type QueueResponse, type VesselEndSubtype, type VesselView } from '../vessels/record.ts';
 import { VesselStates } from '../vessels/states.ts';
 

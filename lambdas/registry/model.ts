@@ -45,11 +45,42 @@ export const PricedModel = z.string().min(1, 'must not be empty').max(256, 'must
 export const ModelPrices = z.record(z.string(), CustomPrice);
 export type ModelPrices = z.infer<typeof ModelPrices>;
 
+/**
+ * Budget alerts (DESIGN §12; docs/webhooks.md, "Budget alerts"): percentages of a budget at which a signed event is
+ * POSTed to `url`, once per window (or month) and threshold. Whole percentages 1–100, ascending, each once, at most
+ * MAX_ALERT_THRESHOLDS per meter. The secret is stored as a vessel callback's is: encrypted with the provider-keys
+ * cipher, bound to its owner (the project, or the developer), and never shown; the URL passed the outbound guard's
+ * check when it was set (lambdas/outbound/guard.ts) and passes it again at every delivery.
+ */
+export const MAX_ALERT_THRESHOLDS = 10;
+export const AlertThresholds = z
+  .array(z.number().int('must be whole percentages').min(1, 'must be percentages from 1 to 100').max(100, 'must be percentages from 1 to 100'))
+  .min(1, 'must name at least one percentage')
+  .max(MAX_ALERT_THRESHOLDS, `may name at most ${MAX_ALERT_THRESHOLDS} percentages`)
+  .refine((list) => list.every((p, i) => i === 0 || p > list[i - 1]!), { message: 'must be ascending, each percentage once' });
+export type AlertThresholds = z.infer<typeof AlertThresholds>;
+
+const AlertTarget = {
+  url: z.string().min(1),
+  /** Encrypted with the provider-keys cipher for the record's owner (registry.ts); never shown. */
+  secretCiphertext: z.string().min(1),
+};
+
+/** A project's alerts on each user's window: percentages of the user's AI budget and of their compute budget. */
+export const ProjectAlerts = z.object({ ai: AlertThresholds.optional(), compute: AlertThresholds.optional(), ...AlertTarget });
+export type ProjectAlerts = z.infer<typeof ProjectAlerts>;
+
+/** A developer's alerts on their month of compute: percentages of the plan (planSeconds + poolSeconds). */
+export const DeveloperAlerts = z.object({ compute: AlertThresholds, ...AlertTarget });
+export type DeveloperAlerts = z.infer<typeof DeveloperAlerts>;
+
 export const Developer = z.object({
   developerId: Identifier,
   planSeconds: z.number().int().nonnegative(),
   poolSeconds: z.number().int().nonnegative(),
   createdAt: z.string(),
+  /** `gateway developer set-alerts`: thresholds on the month's compute (DeveloperAlerts). */
+  alerts: DeveloperAlerts.optional(),
 });
 export type Developer = z.infer<typeof Developer>;
 
@@ -68,6 +99,8 @@ export const Project = z.object({
    * patterns of lambdas/origins/pattern.ts); absent: any origin (DESIGN §10).
    */
   origins: z.array(z.string()).optional(),
+  /** `gateway project set-alerts`: thresholds on each user's budget window (ProjectAlerts). */
+  alerts: ProjectAlerts.optional(),
   /**
    * Revocations (DESIGN §10, "Revocation"; lambdas/auth/revocations.ts), kept in the record every token verification
    * already reads from the cache, so checking them costs no store read: revoked token ids (`jti`) with their token's

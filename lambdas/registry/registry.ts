@@ -5,8 +5,21 @@ import { env } from '../config/env.ts';
 import { conditionalPut, conditionalUpdate, updateOnce } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { TOKEN_CLOCK_TOLERANCE_SECONDS } from '../config/timing.ts';
-import { keyCipher } from './key-cipher.ts';
-import { CustomPrice, Developer, MAX_REVOCATIONS, ModelPrices, PricedModel, Project, revocationCount, type ProjectProvider } from './model.ts';
+import { checkUrl, OutboundRefused } from '../outbound/guard.ts';
+import { keyCipher, type CipherOwner } from './key-cipher.ts';
+import {
+  AlertThresholds,
+  CustomPrice,
+  Developer,
+  DeveloperAlerts,
+  MAX_REVOCATIONS,
+  ModelPrices,
+  PricedModel,
+  Project,
+  ProjectAlerts,
+  revocationCount,
+  type ProjectProvider,
+} from './model.ts';
 
 /** Raised for an operator's mistake (unknown id, duplicate id): the CLI prints the message as it is. */
 export class RegistryError extends Error {
@@ -255,6 +268,97 @@ export async function revokeUserTokens(projectId: string, userId: string, before
   return setRevocation(projectId, 'revokedBefore', userId, beforeSeconds);
 }
 
+/** The alert settings an operator gives: percentages per meter, the URL, the secret in clear (stored encrypted). */
+export interface AlertSettings {
+  ai?: number[];
+  compute?: number[];
+  url: string;
+  secret: string;
+}
+
+/** One meter's percentages, checked by the schema the record is read with (model.ts), named in the refusal. */
+function checkedThresholds(meter: 'ai' | 'compute', list: number[] | undefined): number[] | undefined {
+  if (list === undefined) return undefined;
+  const checked = AlertThresholds.safeParse(list);
+  if (!checked.success) throw new RegistryError(`The ${meter} alert thresholds ${checked.error.issues[0]!.message} (got ${list.join(',')})`);
+  return checked.data;
+}
+
+/**
+ * Alert settings as stored: the URL through the outbound guard's check — as a vessel's callback URL is at /incubate:
+ * a literal private, loopback or metadata address is refused now, a host name again at every delivery — and the
+ * secret encrypted for its owner, as callback secrets are.
+ */
+async function storedAlerts(settings: AlertSettings, owner: CipherOwner) {
+  let url: string;
+  try {
+    url = checkUrl(settings.url).toString();
+  } catch (err) {
+    throw new RegistryError(`The alert URL is refused: ${err instanceof OutboundRefused ? err.message : 'not a valid absolute URL'}`);
+  }
+  if (settings.secret === '') throw new RegistryError('The alert secret must not be empty: every alert is signed with it');
+  return { url, secretCiphertext: await keyCipher().encrypt(settings.secret, owner) };
+}
+
+/**
+ * Sets a project's budget alerts (`gateway project set-alerts`), replacing any it had: thresholds on each user's AI
+ * and compute budget, and where the signed events go. Gateways see the change within SECRET_CACHE_SECONDS.
+ */
+export async function setProjectAlerts(projectId: string, settings: AlertSettings): Promise<Project> {
+  const ai = checkedThresholds('ai', settings.ai);
+  const compute = checkedThresholds('compute', settings.compute);
+  if (!ai && !compute) throw new RegistryError('Give alert thresholds for the AI budget, the compute budget, or both');
+  const alerts = ProjectAlerts.parse({ ...(ai ? { ai } : {}), ...(compute ? { compute } : {}), ...(await storedAlerts(settings, { projectId })) });
+  return updateProject(projectId, { expression: 'SET alerts = :a', values: { ':a': alerts } });
+}
+
+/** Removes a project's budget alerts; alerts already fired are still delivered. */
+export async function clearProjectAlerts(projectId: string): Promise<Project> {
+  return updateProject(projectId, { expression: 'REMOVE alerts' });
+}
+
+/** Sets a developer's plan alerts (`gateway developer set-alerts`): thresholds on the month's compute. */
+export async function setDeveloperAlerts(developerId: string, settings: Omit<AlertSettings, 'ai'> & { compute: number[] }): Promise<Developer> {
+  const compute = checkedThresholds('compute', settings.compute)!;
+  const alerts = DeveloperAlerts.parse({ compute, ...(await storedAlerts(settings, { developerId })) });
+  return updateDeveloper(developerId, { expression: 'SET alerts = :a', values: { ':a': alerts } });
+}
+
+/** Removes a developer's plan alerts. */
+export async function clearDeveloperAlerts(developerId: string): Promise<Developer> {
+  return updateDeveloper(developerId, { expression: 'REMOVE alerts' });
+}
+
+async function updateDeveloper(developerId: string, update: { expression: string; values?: Record<string, unknown> }): Promise<Developer> {
+  const out = await conditionalUpdate({
+    TableName: table(),
+    Key: developerKey(developerId),
+    UpdateExpression: update.expression,
+    ConditionExpression: 'attribute_exists(pk)',
+    ExpressionAttributeValues: update.values,
+    ReturnValues: 'ALL_NEW',
+  });
+  if (!out.ok) throw new RegistryError(`Developer ${developerId} does not exist`);
+  return Developer.parse(out.attributes);
+}
+
+/** What an operator may see of alert settings: never the secret, only that there is one. */
+export function describeAlerts(alerts: ProjectAlerts | DeveloperAlerts | undefined) {
+  if (!alerts) return 'none' as const;
+  return {
+    ...('ai' in alerts && alerts.ai ? { ai: alerts.ai } : {}),
+    ...(alerts.compute ? { compute: alerts.compute } : {}),
+    url: alerts.url,
+    signed: true as const,
+  };
+}
+
+/** What an operator may see of a developer: the record, with its alerts (when it has some) but never their secret. */
+export function describeDeveloper(developer: Developer) {
+  const { alerts, ...rest } = developer;
+  return { ...rest, ...(alerts ? { alerts: describeAlerts(alerts) } : {}) };
+}
+
 /** What an operator may see of a project: everything but the secret's value and the provider keys' values. */
 export function describeProject(project: Project) {
   return {
@@ -266,6 +370,7 @@ export function describeProject(project: Project) {
     revokedTokens: Object.keys(project.revokedTokens ?? {}).length,
     blockedUsers: Object.keys(project.blockedUsers ?? {}),
     tokensRevokedBefore: project.revokedBefore ?? {},
+    alerts: describeAlerts(project.alerts),
     createdAt: project.createdAt,
     secretRotatedAt: project.secretRotatedAt,
   };

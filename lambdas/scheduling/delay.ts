@@ -6,7 +6,7 @@ import { isScheduleConflict, scheduler, type Scheduler } from './scheduler.ts';
 /**
  * "Deliver this message at time T", the one way: SQS delays reach 15 minutes; later, a one-time EventBridge Scheduler
  * schedule (scheduler.ts) onto the same queue. Used by the vessel trigger (lambdas/vessels/trigger.ts) and the
- * webhook attempts (lambdas/vessels/callback.ts).
+ * webhook attempts (lambdas/deliveries/message.ts).
  */
 
 /** Whether something due at `at` (epoch ms) is further ahead than a queue delay reaches, and so needs a schedule. */

@@ -1,7 +1,7 @@
 import { clock } from '../config/clock.ts';
 import { logger } from '../observability/logger.ts';
 import { handOffCallback } from './callback.ts';
-import { firstRound } from './delivery.ts';
+import { firstRound } from '../deliveries/record.ts';
 import type { StoredVessel, VesselOutput } from './record.ts';
 import { keptOutput } from './size.ts';
 import type { VesselStatus } from './states.ts';

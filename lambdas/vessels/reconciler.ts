@@ -14,7 +14,7 @@ import { RECONCILE_SHARDS, redriveAt, touchVessel } from './store.ts';
 import { delayUntil } from '../scheduling/delay.ts';
 import { sendRunMessage } from './trigger.ts';
 import { wakeVessel } from './park.ts';
-import { sendWebhookMessage } from './callback.ts';
+import { sendWebhookMessage } from '../deliveries/message.ts';
 import { getDeveloper } from '../registry/registry.ts';
 import { liveLeases } from '../plans/leases.ts';
 import { tierFor } from '../plans/tiers.ts';

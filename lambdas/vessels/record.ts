@@ -1,7 +1,7 @@
 import type { RunOptions } from '../agent/options.ts';
 import type { RunResult } from '../agent/result.ts';
 import type { Caller } from '../auth/claims.ts';
-import { webhookView, type StoredWebhook } from './delivery.ts';
+import { webhookView, type StoredWebhook } from '../deliveries/record.ts';
 import { flagsOf, type VesselStatus } from './states.ts';
 
 /**

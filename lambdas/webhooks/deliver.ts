@@ -2,7 +2,7 @@ import { clock } from '../config/clock.ts';
 import { WEBHOOK_ATTEMPT_TIMEOUT_MS } from '../config/timing.ts';
 import { outboundFetch, readCapped } from '../outbound/fetch.ts';
 import { OutboundRefused } from '../outbound/guard.ts';
-import type { StoredAttempt } from '../vessels/delivery.ts';
+import type { StoredAttempt } from '../deliveries/record.ts';
 import { parseRetryAfter } from './schedule.ts';
 import { hexSignature, standardSignature } from './signature.ts';
 
@@ -33,8 +33,8 @@ export interface AttemptOutcome {
   retryAfterSeconds?: number;
 }
 
-/** The Standard Webhooks `webhook-id` of a vessel's delivery: the same for every attempt and every redelivery. */
-export const webhookIdOf = (vesselId: string) => `msg_${vesselId}`;
+/** The Standard Webhooks `webhook-id` of a delivery (a vessel's, or an alert's): the same for every attempt and every redelivery. */
+export const webhookIdOf = (deliveryId: string) => `msg_${deliveryId}`;
 
 /** The headers of one attempt: Standard Webhooks' trio (signature only with a secret), the hex signature, identity. */
 export function deliveryHeaders(input: { webhookId: string; timestamp: number; body: string; secret?: string | undefined }): Record<string, string> {

@@ -1,28 +1,25 @@
 import { randomUUID } from 'node:crypto';
 import { clock } from '../config/clock.ts';
+import { sendWebhookMessage, WebhookMessage } from '../deliveries/message.ts';
+import type { StoredAttempt, StoredWebhook } from '../deliveries/record.ts';
 import { logger } from '../observability/logger.ts';
 import { emit } from '../observability/metrics.ts';
 import { sqsQueueSender } from '../queues/sender.ts';
-import { keyCipher } from '../registry/key-cipher.ts';
 import { putBackIfEarly } from '../scheduling/early.ts';
-import { sendWebhookMessage, WebhookMessage } from '../vessels/callback.ts';
-import type { StoredAttempt, StoredWebhook } from '../vessels/delivery.ts';
-import type { StoredVessel } from '../vessels/record.ts';
-import { VesselStates } from '../vessels/states.ts';
-import { getVessel } from '../vessels/store.ts';
-import { callbackBodyText } from './body.ts';
-import { attemptDelivery, deliveryHeaders, webhookIdOf, type AttemptOutcome } from './deliver.ts';
+import { attemptDelivery, deliveryHeaders, type AttemptOutcome } from './deliver.ts';
 import { nextAttemptAt } from './schedule.ts';
 import { claimAttempt, markDeadLettered, recordAttempt, recordSupersededAttempt, type AfterAttempt } from './store.ts';
+import { subjectOf, type DeliverySubject } from './subjects.ts';
 
 /**
- * The webhook queue's consumer (docs/webhooks.md): one message = one attempt of one vessel's delivery.
+ * The webhook queue's consumer (docs/webhooks.md): one message = one attempt of one delivery — a vessel's callback,
+ * or a budget alert (subjects.ts).
  *
- *   read the vessel → claim the attempt → POST (deliver.ts) → record the attempt and what the round became →
+ *   read the item → claim the attempt → POST (deliver.ts) → record the attempt and what the round became →
  *   queue the next attempt (delayed message, or a schedule beyond 15 minutes) or, once the schedule is spent, put the
  *   delivery on the dead-letter queue.
  *
- * The vessel decides, the message only triggers: a duplicate, stale or early message changes nothing. A sender that
+ * The item decides, the message only triggers: a duplicate, stale or early message changes nothing. A sender that
  * dies after recording an attempt but before queueing the next leaves its message to be redelivered by SQS, and the
  * redelivered message queues the follow-up it finds missing.
  */
@@ -37,50 +34,48 @@ export async function processWebhookMessage(body: unknown, _record?: unknown, ti
   const now = time();
   // Early (a schedule fires to the second): back for the rest of the wait.
   if (await putBackIfEarly({ due: m.notBefore, now, putBack: () => sendWebhookMessage(m, now) })) return;
-  const vessel = await getVessel(m.vesselId);
-  if (!vessel?.callback || !VesselStates.isTerminal(vessel.status)) return;
-  const w = vessel.webhook;
+  const subject = await subjectOf(m);
+  if (!subject) return;
+  const w = subject.webhook;
   if (w) {
     if (w.round !== m.round) return; // an operator started another round: this one is over
-    if (w.tried >= m.attempt) return followUp(vessel, w, m.attempt);
+    if (w.tried >= m.attempt) return followUp(subject, w, m.attempt);
     if (w.status !== 'pending' || w.tried < m.attempt - 1) return;
   } else if (m.round !== 1 || m.attempt !== 1) return;
 
   const by = randomUUID();
-  if (!(await claimAttempt(vessel, m, by, now))) return;
-  const outcome = await attempt(vessel, time);
+  if (!(await claimAttempt(subject.at, w, m, by, now))) return;
+  const outcome = await attempt(subject, time);
   const made: StoredAttempt = { round: m.round, attempt: m.attempt, ...outcome.attempt };
   const after = roundAfter(m.attempt, outcome, time());
   emit('WebhookAttempts', 1);
   logger.info('webhook attempt', {
-    vesselId: vessel.vesselId,
+    ...subject.ref,
     round: m.round,
     attempt: m.attempt,
     // The origin only: a callback URL's path or query may carry the receiver's own credentials.
-    origin: safeOrigin(vessel.callback.url),
+    origin: safeOrigin(subject.url),
     ...(made.statusCode === undefined ? {} : { statusCode: made.statusCode }),
     ...(made.error === undefined ? {} : { error: made.error }),
     durationMs: made.durationMs,
     outcome: after.status,
   });
-  const recorded = await recordAttempt(vessel.vesselId, m, by, made, after);
+  const recorded = await recordAttempt(subject.at, m, by, made, after);
   if (!recorded) {
     // A new round began meanwhile: the attempt is kept in the record, the round's outcome no longer matters. (Or the
     // claim was taken over as stale: the sender that took it records its own attempt.)
-    await recordSupersededAttempt(vessel.vesselId, made);
+    await recordSupersededAttempt(subject.at, made);
     return;
   }
   if (after.status === 'failed') emit('WebhooksFailed', 1);
-  await followUp(vessel, recorded, m.attempt);
+  await followUp(subject, recorded, m.attempt);
 }
 
-/** Signs and sends the vessel's callback body once. */
-async function attempt(vessel: StoredVessel, time: () => number): Promise<AttemptOutcome> {
-  const callback = vessel.callback!;
-  const secret = callback.secretCiphertext ? await keyCipher().decrypt(callback.secretCiphertext, { projectId: vessel.projectId }) : undefined;
-  const body = callbackBodyText(vessel);
-  const headers = deliveryHeaders({ webhookId: webhookIdOf(vessel.vesselId), timestamp: Math.floor(time() / 1000), body, secret });
-  return attemptDelivery(callback.url, body, headers, time);
+/** Signs and sends the subject's body once. */
+async function attempt(subject: DeliverySubject, time: () => number): Promise<AttemptOutcome> {
+  const secret = await subject.secret();
+  const headers = deliveryHeaders({ webhookId: subject.webhookId, timestamp: Math.floor(time() / 1000), body: subject.body, secret });
+  return attemptDelivery(subject.url, subject.body, headers, time);
 }
 
 /** What the round becomes after attempt `attempt`: delivered, failed for good, or pending until the next one. */
@@ -104,27 +99,28 @@ function roundAfter(attempt: number, outcome: AttemptOutcome, now: number): Afte
  * on the dead-letter queue. Safe to repeat: a second message for the next attempt finds it claimed or made, and the
  * schedule of a far one is named after it.
  */
-async function followUp(vessel: StoredVessel, w: StoredWebhook, attempt: number): Promise<void> {
+async function followUp(subject: DeliverySubject, w: StoredWebhook, attempt: number): Promise<void> {
   if (w.tried !== attempt) return;
   if (w.status === 'pending' && w.nextAttemptAt !== undefined) {
-    await sendWebhookMessage({ vesselId: vessel.vesselId, round: w.round, attempt: attempt + 1, notBefore: w.nextAttemptAt });
+    await sendWebhookMessage({ ...subject.ref, round: w.round, attempt: attempt + 1, notBefore: w.nextAttemptAt });
     return;
   }
   if (w.status === 'failed' && w.failure === 'exhausted' && w.deadLetteredAt === undefined) {
+    const { redeliver, ...whose } = subject.deadLetter;
     await sqsQueueSender().sendToDeadLetter('webhook', {
-      vesselId: vessel.vesselId,
-      projectId: vessel.projectId,
-      webhookId: webhookIdOf(vessel.vesselId),
-      url: vessel.callback!.url,
+      ...subject.ref,
+      ...whose,
+      webhookId: subject.webhookId,
+      url: subject.url,
       round: w.round,
       attempts: w.attempts.filter((a) => a.round === w.round).map((a) => ({ ...a, at: new Date(a.at).toISOString() })),
-      redeliver: `gateway webhook redeliver --vessel ${vessel.vesselId}`,
+      redeliver,
     });
-    await markDeadLettered(vessel.vesselId, w.round, clock.now());
+    await markDeadLettered(subject.at, w.round, clock.now());
     logger.warn('webhook delivery exhausted its retries: on the dead-letter queue', {
-      vesselId: vessel.vesselId,
+      ...subject.ref,
       round: w.round,
-      origin: safeOrigin(vessel.callback!.url),
+      origin: safeOrigin(subject.url),
     });
   }
 }

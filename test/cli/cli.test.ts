@@ -9,8 +9,9 @@ import { mintToken } from '../../lambdas/auth/tokens.ts';
 import { resolveTarget } from '../../bin/cli/target.ts';
 import { addDeveloperCompute } from '../../lambdas/budgets/developer-month.ts';
 import { acquireLease } from '../../lambdas/plans/leases.ts';
-import { LocalKeyCipher } from '../../lambdas/registry/key-cipher.ts';
+import { keyCipher, LocalKeyCipher } from '../../lambdas/registry/key-cipher.ts';
 import {
+  createDeveloper,
   createProject,
   describeProject,
   getDeploymentPricing,
@@ -186,6 +187,7 @@ describe('operator CLI against a running local gateway', () => {
       planSeconds: 4_000_000,
       poolSeconds: 100,
       createdAt: created.createdAt,
+      alerts: 'none',
       tier: 'starter',
       maxConcurrency: 5,
       liveLeases: [],
@@ -278,6 +280,7 @@ describe('operator CLI against a running local gateway', () => {
       revokedTokens: 0,
       blockedUsers: [],
       tokensRevokedBefore: {},
+      alerts: 'none',
       createdAt: expect.any(String),
     });
 
@@ -366,7 +369,11 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
     expect(commandHelp).toMatchObject({ code: 0, stderr: '' });
     expect(commandHelp.stdout).toMatch(/^Usage: gateway developer create --id ID --plan-seconds N \[--pool-seconds N\]\n/);
 
-    expect(bareGroup).toEqual({ code: 2, stdout: '', stderr: 'error: missing subcommand for developer: one of create, set-plan, show\n' });
+    expect(bareGroup).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'error: missing subcommand for developer: one of create, set-plan, show, set-alerts, clear-alerts\n',
+    });
     expect(unknownFlag).toEqual({ code: 2, stdout: '', stderr: 'error: unknown flag --foo for developer create; run gateway developer --help\n' });
     expect(negative).toEqual({ code: 2, stdout: '', stderr: 'error: --plan-seconds must not be negative\n' });
     expect(negativePool).toEqual({ code: 2, stdout: '', stderr: '{"error":"--pool-seconds must not be negative"}\n' });
@@ -412,10 +419,13 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       ['project', 'set-pricing', '--project', 'p', '--model', 'm', '--input-usd-per-mtok', '-1', '--output-usd-per-mtok', '1'],
       'error: --input-usd-per-mtok must not be negative\n',
     ],
-    [['developer'], 'error: missing subcommand for developer: one of create, set-plan, show\n'],
-    [['project'], 'error: missing subcommand for project: one of create, show, list, rotate-secret, set-provider-key, set-pricing, set-origins\n'],
+    [['developer'], 'error: missing subcommand for developer: one of create, set-plan, show, set-alerts, clear-alerts\n'],
+    [
+      ['project'],
+      'error: missing subcommand for project: one of create, show, list, rotate-secret, set-provider-key, set-pricing, set-origins, set-alerts, clear-alerts\n',
+    ],
     [['token'], 'error: missing subcommand for token: one of mint, revoke\n'],
-    [['developer', 'delete', '--id', 'x'], 'error: unknown subcommand "delete" for developer: one of create, set-plan, show\n'],
+    [['developer', 'delete', '--id', 'x'], 'error: unknown subcommand "delete" for developer: one of create, set-plan, show, set-alerts, clear-alerts\n'],
     [['developer', 'create', '--foo'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
     [['developer', 'create', '--foo=1', '--id', 'x'], 'error: unknown flag --foo for developer create; run gateway developer --help\n'],
     // a flag of another command is unknown here too
@@ -426,6 +436,39 @@ describe('CLI invocation errors (main() in process; exit code = its return value
     [['developer', 'show', '--id', 'a', '--id', 'b'], 'error: --id is given more than once\n'],
     [['developer', 'show', '--id', 'a', '--json=yes'], '{"error":"--json takes no value"}\n'],
     [['--json'], '{"error":"missing command; run gateway --help for the list"}\n'],
+    // Budget alerts: the percentages, and what is required, are checked before anything is stored.
+    ...(
+      [
+        ['0,80', '0'],
+        ['80,abc', 'abc'],
+        ['150', '150'],
+        ['80.5', '80.5'],
+        ['80,,100', ''],
+        ['-5', '-5'],
+      ] as const
+    ).map(([list, bad]): [string[], string] => [
+      ['project', 'set-alerts', '--project', 'p', '--ai', list, '--url', 'https://hooks.example.com/a', '--secret', 's'],
+      `error: --ai takes whole percentages from 1 to 100, comma-separated (e.g. 50,80,100): "${bad}" is not one\n`,
+    ]),
+    [
+      ['project', 'set-alerts', '--project', 'p', '--url', 'https://hooks.example.com/a', '--secret', 's'],
+      'error: give --ai, --compute or both: the percentages of the budgets to alert at\n',
+    ],
+    [
+      ['project', 'set-alerts', '--project', 'p', '--ai', '80', '--url', 'https://hooks.example.com/a'],
+      'error: --secret is required: every alert is signed with it\n',
+    ],
+    [['project', 'set-alerts', '--project', 'p', '--ai', '80', '--secret', 's'], 'error: --url is required: where the signed alerts are POSTed\n'],
+    [
+      ['project', 'set-alerts', '--project', 'p', '--compute', '1,2,3,4,5,6,7,8,9,10,11', '--url', 'https://hooks.example.com/a', '--secret', 's'],
+      'error: --compute takes at most 10 percentages, got 11\n',
+    ],
+    [['developer', 'set-alerts', '--id', 'd', '--url', 'https://hooks.example.com/a', '--secret', 's'], 'error: --compute is required\n'],
+    [
+      ['developer', 'set-alerts', '--id', 'd', '--ai', '80', '--compute', '80', '--url', 'https://h.example.com', '--secret', 's'],
+      'error: unknown flag --ai for developer set-alerts; run gateway developer --help\n',
+    ],
+    [['webhook', 'show'], 'error: give either --vessel or --alert\n'],
   ])('%j → exit 2', async (argv, stderr) => {
     const r = await run(argv as string[]);
     expect(r).toEqual({ code: 2, stdout: '', stderr });
@@ -445,6 +488,72 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       stdout: '',
       stderr: 'error: Project prj_missing does not exist\n',
     });
+  });
+
+  it('project set-alerts: an unsafe URL is refused (exit 1) by the outbound guard; set, shown without the secret, cleared', async () => {
+    const project = await createProject({ developerId: gw.developerId });
+    const set = (url: string) =>
+      run(['project', 'set-alerts', '--project', project.projectId, '--ai', '100,50,80,80', '--compute', '90', '--url', url, '--secret', 'alert-secret-Xq1']);
+    for (const [url, why] of [
+      ['http://169.254.169.254/latest/meta-data', 'address 169.254.169.254 is not allowed'],
+      ['http://10.0.0.7/hook', 'address 10.0.0.7 is not allowed'],
+      ['http://[::ffff:a9fe:a9fe]/hook', 'address ::ffff:a9fe:a9fe is not allowed'],
+      ['ftp://hooks.example.com/a', 'scheme ftp: is not allowed: http: and https: only'],
+      ['https://user:pw@hooks.example.com/a', 'credentials in the URL are not allowed'],
+      ['not a url', 'not a valid absolute URL'],
+    ]) {
+      expect(await set(url!), url).toEqual({ code: 1, stdout: '', stderr: `error: The alert URL is refused: ${why}\n` });
+    }
+    expect((await getProject(project.projectId))!.alerts).toBeUndefined();
+
+    const ok = await set('https://hooks.example.com/budget?team=7');
+    expect(ok.code).toBe(0);
+    // Sorted, each once; never the secret.
+    expect(ok.stdout).toBe(
+      `Budget alerts of ${project.projectId}: AI budget at 50, 80, 100 %; compute at 90 % → https://hooks.example.com/budget?team=7 (signed)\nThe local gateway picks up the change within 1 s.\n`,
+    );
+    const shown = await run(['project', 'show', '--project', project.projectId, '--json']);
+    expect(JSON.parse(shown.stdout).alerts).toEqual({ ai: [50, 80, 100], compute: [90], url: 'https://hooks.example.com/budget?team=7', signed: true });
+    expect(shown.stdout).not.toContain('alert-secret-Xq1');
+    // Stored encrypted for the project, as a callback secret is.
+    const stored = (await getProject(project.projectId))!.alerts!;
+    expect(stored.secretCiphertext).not.toContain('alert-secret-Xq1');
+    expect(await keyCipher().decrypt(stored.secretCiphertext, { projectId: project.projectId })).toBe('alert-secret-Xq1');
+
+    const cleared = await run(['project', 'clear-alerts', '--project', project.projectId, '--json']);
+    expect(JSON.parse(cleared.stdout)).toEqual({ projectId: project.projectId, alerts: 'none', takesEffectWithinSeconds: 1 });
+    expect((await getProject(project.projectId))!.alerts).toBeUndefined();
+  });
+
+  it('developer set-alerts: set on the developer, shown by developer show without the secret, cleared', async () => {
+    const id = `dev-alerts-${Date.now()}`;
+    await createDeveloper({ developerId: id, planSeconds: 1000 });
+    const set = await run([
+      'developer',
+      'set-alerts',
+      '--id',
+      id,
+      '--compute',
+      '80,100',
+      '--url',
+      'https://hooks.example.com/plan',
+      '--secret',
+      'plan-secret-Zz9',
+      '--json',
+    ]);
+    expect(JSON.parse(set.stdout)).toEqual({
+      developerId: id,
+      alerts: { compute: [80, 100], url: 'https://hooks.example.com/plan', signed: true },
+      takesEffectWithinSeconds: 1,
+    });
+    const shown = await run(['developer', 'show', '--id', id]);
+    expect(shown.stdout).toContain('  plan alerts: compute at 80, 100 % → https://hooks.example.com/plan (signed)');
+    const shownJson = await run(['developer', 'show', '--id', id, '--json']);
+    expect(JSON.parse(shownJson.stdout).alerts).toEqual({ compute: [80, 100], url: 'https://hooks.example.com/plan', signed: true });
+    for (const out of [set.stdout, shown.stdout, shownJson.stdout]) expect(out).not.toContain('plan-secret-Zz9');
+    const refused = await run(['developer', 'set-alerts', '--id', id, '--compute', '80', '--url', 'http://192.168.1.1/', '--secret', 's']);
+    expect(refused).toEqual({ code: 1, stdout: '', stderr: 'error: The alert URL is refused: address 192.168.1.1 is not allowed\n' });
+    expect(JSON.parse((await run(['developer', 'clear-alerts', '--id', id, '--json'])).stdout).alerts).toBe('none');
   });
 
   it('takes its flags before the command words as well as after them', async () => {
@@ -772,7 +881,10 @@ describe('registry (in process)', () => {
     expect(rotated.secretRotatedAt).toMatch(/^\d{4}-/);
     const d = describeProject(rotated);
     expect(JSON.stringify(d)).not.toContain(rotated.secret);
+    expect(d.alerts).toBe('none');
     expect(Object.keys(d).sort()).toEqual([
+      // Its budget alerts, never their secret ('none' here).
+      'alerts',
       'blockedUsers',
       'createdAt',
       'developerId',

@@ -723,7 +723,7 @@ describe('vessels', () => {
     }
   });
 
-  it('conjure, the executor and the reconciler may send to the run and webhook queues (conjure: a canceled vessel hands its callback over)', () => {
+  it('conjure, the executor and the reconciler may send to the run and webhook queues (conjure: a canceled vessel hands its callback over); every metered function to the webhook queue (budget alerts)', () => {
     const queueArn = (name: 'run' | 'webhook') => ({ 'Fn::GetAtt': [logicalIdOf(stack.queues.byName[name].queue), 'Arn'] });
     const sendsTo = (id: string) =>
       statementsOf(id)
@@ -733,13 +733,22 @@ describe('vessels', () => {
     expect(sendsTo('VesselExecutor')).toEqual([queueArn('run'), queueArn('webhook')]);
     expect(sendsTo('VesselReconciler')).toEqual([queueArn('run'), queueArn('webhook')]);
     expect(envOf(stack.conjure).WEBHOOK_QUEUE_URL).toEqual({ Ref: logicalIdOf(stack.queues.byName.webhook.queue) });
-    // Only the functions that end vessels hand webhook deliveries over this way besides the sender (its retries).
+    // The functions that end vessels hand webhook deliveries over this way, and so does every function that settles
+    // charges (they write the Usage table: a settlement may fire a budget alert, lambdas/alerts/fire.ts), besides the
+    // sender (its retries).
     expect(FUNCTIONS.filter((f) => (f.access.queues as readonly string[]).includes('webhook')).map((f) => f.id)).toEqual([
+      'Channeling',
       'ConjureApi',
+      'Prompt',
       'VesselExecutor',
       'VesselReconciler',
       'WebhookSender',
+      'SessionTurn',
     ]);
+    const settles = FUNCTIONS.filter((f) => (f.access.tables as FunctionAccess['tables']).Usage === 'readwrite' && f.id !== 'WebhookSender');
+    for (const f of settles) expect(f.access.queues as readonly string[], f.id).toContain('webhook');
+    expect(sendsTo('Channeling')).toEqual([queueArn('webhook')]);
+    expect(sendsTo('Prompt')).toEqual([queueArn('run'), queueArn('webhook')]);
   });
 
   it('the executor consumes the run queue one vessel per invocation, at most 20 at once, reporting partial batch failures', () => {
@@ -845,10 +854,10 @@ describe('webhooks', () => {
     expect(sendsTo.map((r) => JSON.stringify(r)).sort()).toEqual(
       [arnOf(webhook().queue), arnOf(webhook().deadLetterQueue)].map((r) => JSON.stringify(r)).sort(),
     );
-    // Its table: Vessels only.
+    // Its tables: Vessels (callbacks' delivery records) and Usage (budget alerts' items, where theirs are).
     const tableIds = TABLES.map((t) => logicalIdOf(stack.data.tables[t.id]));
     const onTables = tableIds.filter((id) => JSON.stringify(statements).includes(`"${id}"`));
-    expect(onTables).toEqual([logicalIdOf(stack.data.tables.Vessels)]);
+    expect(onTables.sort()).toEqual([logicalIdOf(stack.data.tables.Usage), logicalIdOf(stack.data.tables.Vessels)].sort());
   });
 
   it('no other role may send to a dead-letter queue', () => {
@@ -1026,13 +1035,14 @@ describe('/ws sessions', () => {
     expect(queueSpec('turn')).toMatchObject({ batchSize: 1, consumerTimeoutSeconds: 900, maxReceiveCount: 3 });
   });
 
-  it("the turn worker may post to this API's connections, use its manifest tables, call providers, and send to the run queue only", () => {
+  it("the turn worker may post to this API's connections, use its manifest tables, call providers, and send to the run and webhook queues only", () => {
     const statements = statementsOf('SessionTurn');
     expect(statements.filter((st) => asArray(st.Action).some((a) => a.startsWith('execute-api:')))).toEqual([manageConnections()]);
     expect(tablesOf('SessionTurn')).toEqual(manifestTables('SessionTurn'));
     expect(tablesOf('SessionTurn')).toEqual({ read: ['Registry'], readwrite: ['Activity', 'Leases', 'Sessions', 'Usage', 'Vessels'].sort() });
-    // Sends to the run queue (a turn's end wakes a parked vessel), never to the turn queue nor any dead-letter queue.
-    expect(sendsTo('SessionTurn')).toEqual([arnOf(stack.queues.byName.run.queue)]);
+    // Sends to the run queue (a turn's end wakes a parked vessel) and the webhook queue (a settlement's budget alert),
+    // never to the turn queue nor any dead-letter queue.
+    expect(sendsTo('SessionTurn')).toEqual([arnOf(stack.queues.byName.run.queue), arnOf(stack.queues.byName.webhook.queue)]);
     // Consumes the turn queue (its event source), no other.
     const consumes = statements.filter((st) => asArray(st.Action).includes('sqs:ReceiveMessage')).flatMap((st) => asArray(st.Resource as unknown));
     expect(consumes).toEqual([arnOf(stack.queues.byName.turn.queue)]);
@@ -1048,11 +1058,12 @@ describe('/ws sessions', () => {
     expect(statements.flatMap((st) => asArray(st.Action)).filter((a) => a.startsWith('scheduler:') || a.startsWith('iam:'))).toEqual([]);
   });
 
-  it("the turn worker is told the stage's management endpoint, the run queue, the key and the secret; not the turn queue", () => {
+  it("the turn worker is told the stage's management endpoint, the run and webhook queues, the key and the secret; not the turn queue", () => {
     const env = envOf(turnWorker());
     expect(env).toMatchObject({
       WEBSOCKET_CALLBACK_URL: stageUrl('https'),
       RUN_QUEUE_URL: { Ref: logicalIdOf(stack.queues.byName.run.queue) },
+      WEBHOOK_QUEUE_URL: { Ref: logicalIdOf(stack.queues.byName.webhook.queue) },
       PROVIDER_KEYS_KMS_KEY_ID: arnOf(stack.secrets.providerKeysKey),
       ANTHROPIC_API_KEY_SECRET_ARN: { Ref: logicalIdOf(stack.secrets.anthropicKey) },
       SESSIONS_TABLE: { Ref: logicalIdOf(stack.data.tables.Sessions) },
@@ -1061,7 +1072,7 @@ describe('/ws sessions', () => {
       'TURN_QUEUE_URL',
       'TURN_QUEUE_ARN',
       'TURN_DEAD_LETTER_QUEUE_URL',
-      'WEBHOOK_QUEUE_URL',
+      'WEBHOOK_DEAD_LETTER_QUEUE_URL',
       'SCHEDULE_GROUP_NAME',
       'ALLOW_LOOPBACK_URLS',
     ]) {

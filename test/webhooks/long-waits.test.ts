@@ -5,7 +5,7 @@ import type { StoredSchedule } from '../../bin/local/scheduler.ts';
 import { queueClient } from '../../lambdas/queues/sender.ts';
 import type { VesselView } from '../../lambdas/vessels/record.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
-import { sendWebhookMessage } from '../../lambdas/vessels/callback.ts';
+import { sendWebhookMessage } from '../../lambdas/deliveries/message.ts';
 import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { incubate, pollUntil, vesselRecord } from '../support/vessels.ts';

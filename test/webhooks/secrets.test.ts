@@ -20,7 +20,7 @@ import { sqsClient } from '../../bin/local/queues.ts';
 import { logger } from '../../lambdas/observability/logger.ts';
 import { keyCipher } from '../../lambdas/registry/key-cipher.ts';
 import { documentClient } from '../../lambdas/store/dynamo.ts';
-import type { WebhookView } from '../../lambdas/vessels/delivery.ts';
+import type { WebhookView } from '../../lambdas/deliveries/record.ts';
 import { drained } from '../support/drained.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { pollUntil } from '../support/vessels.ts';

@@ -4,13 +4,13 @@ import { env } from '../../lambdas/config/env.ts';
 import { conditionalPut } from '../../lambdas/store/conditional.ts';
 import { vesselKey, type StoredVessel } from '../../lambdas/vessels/record.ts';
 import { getVessel } from '../../lambdas/vessels/store.ts';
-import { WEBHOOK_STATUS_PLACEHOLDERS, WebhookStates, type StoredAttempt, type StoredWebhook } from '../../lambdas/vessels/delivery.ts';
-import { claimAttempt, recordAttempt, startRound } from '../../lambdas/webhooks/store.ts';
+import { WEBHOOK_STATUS_PLACEHOLDERS, WebhookStates, type StoredAttempt, type StoredWebhook } from '../../lambdas/deliveries/record.ts';
+import { claimAttempt, recordAttempt, startRound, vesselDelivery } from '../../lambdas/webhooks/store.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 
 /**
  * The delivery record's writes (lambdas/webhooks/store.ts) against DynamoDB Local: every change of its status is a
- * transition of its flow (WebhookStates, lambdas/vessels/delivery.ts), on the vessel's `webhook.status`.
+ * transition of its flow (WebhookStates, lambdas/deliveries/record.ts), on the vessel's `webhook.status`.
  */
 
 describe('WebhookStates', () => {
@@ -61,14 +61,15 @@ describe('the delivery record moves along its flow only', () => {
 
   it('pending → pending, then → delivered: each attempt recorded under its claim', async () => {
     const vessel = await vesselWith({ status: 'pending', round: 1, tried: 0, attempts: [] });
-    expect(await claimAttempt(vessel, { round: 1, attempt: 1 }, 'sender-1', Date.now())).toBe(true);
-    const retry = await recordAttempt(vessel.vesselId, { round: 1, attempt: 1 }, 'sender-1', attempt(1), {
+    expect(await claimAttempt(vesselDelivery(vessel.vesselId), vessel.webhook, { round: 1, attempt: 1 }, 'sender-1', Date.now())).toBe(true);
+    const retry = await recordAttempt(vesselDelivery(vessel.vesselId), { round: 1, attempt: 1 }, 'sender-1', attempt(1), {
       status: 'pending',
       nextAttemptAt: Date.now() + 1000,
     });
     expect(retry).toMatchObject({ status: 'pending', tried: 1 });
-    expect(await claimAttempt((await getVessel(vessel.vesselId))!, { round: 1, attempt: 2 }, 'sender-2', Date.now())).toBe(true);
-    const done = await recordAttempt(vessel.vesselId, { round: 1, attempt: 2 }, 'sender-2', attempt(2), { status: 'delivered' });
+    const seen = (await getVessel(vessel.vesselId))!;
+    expect(await claimAttempt(vesselDelivery(seen.vesselId), seen.webhook, { round: 1, attempt: 2 }, 'sender-2', Date.now())).toBe(true);
+    const done = await recordAttempt(vesselDelivery(vessel.vesselId), { round: 1, attempt: 2 }, 'sender-2', attempt(2), { status: 'delivered' });
     expect(done).toMatchObject({ status: 'delivered', tried: 2 });
     expect(done?.claim).toBeUndefined();
   });
@@ -76,11 +77,14 @@ describe('the delivery record moves along its flow only', () => {
   it('an attempt of a delivery no longer pending is neither claimed nor recorded', async () => {
     for (const status of ['delivered', 'failed'] as const) {
       const vessel = await vesselWith({ status, round: 1, tried: 0, attempts: [] });
-      expect(await claimAttempt(vessel, { round: 1, attempt: 1 }, 'sender-1', Date.now()), status).toBe(false);
+      expect(await claimAttempt(vesselDelivery(vessel.vesselId), vessel.webhook, { round: 1, attempt: 1 }, 'sender-1', Date.now()), status).toBe(false);
       // Even under a claim (a record no writer leaves: a move out of pending drops the claim), the flow refuses it.
       const record = claimed(status);
       const held = await vesselWith(record);
-      expect(await recordAttempt(held.vesselId, { round: 1, attempt: 1 }, 'sender-1', attempt(1), { status: 'delivered' }), status).toBeUndefined();
+      expect(
+        await recordAttempt(vesselDelivery(held.vesselId), { round: 1, attempt: 1 }, 'sender-1', attempt(1), { status: 'delivered' }),
+        status,
+      ).toBeUndefined();
       expect((await getVessel(held.vesselId))!.webhook).toEqual(record);
     }
   });

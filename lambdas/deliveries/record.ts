@@ -1,11 +1,11 @@
 import { defineStates, type PlaceholderOptions } from '../store/record-states.ts';
 
 /**
- * A vessel's webhook delivery as stored on the vessel (attribute `webhook`) and as shown in its status record
- * (docs/webhooks.md, "The delivery record"). The vessel is the source of truth; the webhook queue only says "try
- * attempt N of round R now" (callback.ts). The record is the vessel's, so it lives here: the vessel's end starts it
- * (end.ts) and its view shows it (record.ts); lambdas/webhooks/ makes the attempts and writes them to it
- * (webhooks/store.ts), depending on vessels, never the other way.
+ * A webhook delivery's record (docs/webhooks.md, "The delivery record"), kept on the item it delivers: a vessel's
+ * callback on the vessel (attribute `webhook`, lambdas/vessels/record.ts), a budget alert on its alert item
+ * (lambdas/alerts/record.ts). The item is the source of truth; the webhook queue only says "try attempt N of round R
+ * now" (message.ts). Both producers start the record and lambdas/webhooks/ makes the attempts and writes them to it
+ * (webhooks/store.ts): this folder is what they share, below all of them.
  *
  * A *round* is the first attempt and its retries; an operator's redelivery (`gateway webhook redeliver`) starts the
  * next round. Within a round, attempt N is made at most once at a time: a sender claims it (`claim`) before calling
@@ -15,7 +15,7 @@ import { defineStates, type PlaceholderOptions } from '../store/record-states.ts
 /**
  * A delivery's status flow. An attempt that failed with retries left keeps the round pending (its next attempt is
  * due); an operator's redelivery starts a new round, pending, whatever became of the last one (docs/webhooks.md,
- * "Dead letters and redelivery"). Every change is one conditional write on the vessel (lambdas/webhooks/store.ts).
+ * "Dead letters and redelivery"). Every change is one conditional write on the delivered item (lambdas/webhooks/store.ts).
  */
 export const WebhookStates = defineStates({
   pending: ['pending', 'delivered', 'failed'],
@@ -25,7 +25,7 @@ export const WebhookStates = defineStates({
 
 export type WebhookStatus = (typeof WebhookStates.statuses)[number];
 
-/** The status is `webhook.status` on the vessel, beside the vessel's own `status`: placeholders of its own. */
+/** The status is `webhook.status` on the item, beside a vessel's own `status`: placeholders of its own. */
 export const WEBHOOK_STATUS_PLACEHOLDERS = {
   within: { attribute: 'webhook', name: '#w' },
   attribute: 'status',
@@ -71,12 +71,12 @@ export interface StoredWebhook {
   deadLetteredAt?: number;
 }
 
-/** The delivery state of a vessel whose callback is about to be handed off: round 1, nothing tried. */
+/** The delivery state of a callback or alert about to be handed off: round 1, nothing tried. */
 export const firstRound = (): StoredWebhook => ({ status: 'pending', round: 1, tried: 0, attempts: [] });
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-/** The `webhook` of the vessel status record. */
+/** The `webhook` of the vessel status record (and of `gateway webhook show`). */
 export function webhookView(w: StoredWebhook) {
   return {
     status: w.status,
