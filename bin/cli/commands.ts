@@ -42,6 +42,8 @@ import { PROVIDER_LABELS } from '../../lambdas/routing/provider-ids.ts';
 import { alertWebhookOf, redeliverAlert, redeliverWebhook, RedeliveryRefused, webhookOf } from '../../lambdas/webhooks/redeliver.ts';
 import type { WebhookView } from '../../lambdas/deliveries/record.ts';
 import { startConsole } from '../console/server.ts';
+import { DEFAULT_LIST_LIMIT, listVessels, MAX_LIST_LIMIT } from '../../lambdas/vessels/list.ts';
+import { VesselStates } from '../../lambdas/vessels/states.ts';
 import type { Target } from './target.ts';
 
 const DAY_MS = 86_400_000;
@@ -681,6 +683,37 @@ export const COMMANDS: Record<string, Command> = {
       return {
         data: { projectId: project.projectId, alerts: describeAlerts(project.alerts), takesEffectWithinSeconds: effect.seconds },
         text: `Cleared the budget alerts of ${project.projectId}\n${effect.text}`,
+      };
+    },
+  },
+  'vessel list': {
+    usage: `vessel list --project ID [--status ${VesselStates.statuses.join('|')}] [--limit N]`,
+    summary: "a project's vessels, newest first: id, user, status and its times (`webhook show --vessel ID` for one's callback)",
+    async run(flags, ctx) {
+      const o = parse(
+        {
+          project: required('project', Identifier),
+          status: z.enum(VesselStates.statuses, { error: `--status must be one of ${VesselStates.statuses.join(', ')}` }).optional(),
+          limit: z.coerce
+            .number()
+            .int()
+            .min(1)
+            .max(MAX_LIST_LIMIT, { error: `--limit must be at most ${MAX_LIST_LIMIT}` })
+            .default(DEFAULT_LIST_LIMIT),
+        },
+        flags,
+      );
+      await ctx.connect();
+      await requireProject(o.project);
+      const vessels = await listVessels({ projectId: o.project, status: o.status, limit: o.limit });
+      return {
+        data: { projectId: o.project, vessels },
+        text:
+          vessels.length === 0
+            ? `No vessels${o.status ? ` ${o.status}` : ''} in ${o.project}`
+            : vessels
+                .map((v) => `${v.vesselId}  ${v.status.padEnd(9)}  user ${v.userId}  created ${v.createdAt}${v.completedAt ? `  ended ${v.completedAt}` : ''}`)
+                .join('\n'),
       };
     },
   },

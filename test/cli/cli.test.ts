@@ -159,7 +159,37 @@ describe('operator CLI against a running local gateway', () => {
 
     const developer = json(await cli(['developer', 'show', '--id', 'dev-owner', '--json']));
     expect(developer).toMatchObject({ aiMicrosThisMonth: ann + bob, projects: [{ projectId: 'owner-app', aiMicrosThisMonth: ann + bob }] });
-  });
+
+    // vessel list: the project's vessels, newest first, filtered by status.
+    const annToken = await mintToken({
+      projectId: 'owner-app',
+      userId: 'ann',
+      secret: created.secret as string,
+      budget: { ai: 5_000_000, compute: 600, window: 'day' },
+      expiresInSeconds: 3600,
+    });
+    const queued = await fetch(`${gw.url}/incubate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ message: 'Two words [[words:2]]', idempotencyKey: 'owner-vessel-1', options: { token: annToken, model: 'claude-sonnet-4-6' } }),
+    });
+    const { vesselId } = (await queued.json()) as { vesselId: string };
+    await expect
+      .poll(
+        async () =>
+          ((await (await fetch(`${gw.url}/incubate/vessel/${vesselId}`, { headers: { authorization: `Bearer ${annToken}` } })).json()) as { status: string })
+            .status,
+        { timeout: 20_000 },
+      )
+      .toBe('COMPLETED');
+    const vessels = json(await cli(['vessel', 'list', '--project', 'owner-app', '--json'])) as { vessels: Record<string, unknown>[] };
+    expect(vessels.vessels).toEqual([expect.objectContaining({ vesselId, userId: 'ann', status: 'COMPLETED', isSuccess: true })]);
+    expect((json(await cli(['vessel', 'list', '--project', 'owner-app', '--status', 'FAILED', '--json'])) as { vessels: unknown[] }).vessels).toEqual([]);
+    expect(await cli(['vessel', 'list', '--project', 'owner-app', '--status', 'DONE'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--status must be one of'),
+    });
+  }, 90_000);
 
   it('round trip: developer → project → provider key → pricing → token → GET /usage', async () => {
     expect(existsSync(join(dataDir, 'runtime.json'))).toBe(true);
@@ -337,6 +367,7 @@ describe('CLI help and invocation errors (as a subprocess)', () => {
       'project show',
       'project list',
       'user show',
+      'vessel list',
       'project rotate-secret',
       'project set-provider-key',
       'project set-pricing',
@@ -852,6 +883,7 @@ describe('CLI invocation errors (main() in process; exit code = its return value
       'project show',
       'project list',
       'user show',
+      'vessel list',
       'project rotate-secret',
       'project set-provider-key',
       'project set-pricing',
