@@ -10,7 +10,6 @@ import { conditionalPut, conditionalUpdate } from '../store/conditional.ts';
 import { documentClient } from '../store/dynamo.ts';
 import { expiresAfter, hasExpired } from '../store/epoch.ts';
 import { countActivity, NO_MODEL } from '../activity/record.ts';
-import { finishBeforeReturn } from '../instance/unfinished.ts';
 import type { TokenUsage } from '../pricing/prices.ts';
 import { alertDeveloperMonth, alertUserWindow } from './alerts.ts';
 import { addDeveloperCompute } from './developer-month.ts';
@@ -264,20 +263,18 @@ export async function settle(reservation: Reservation, actual: Amounts, now = ne
   if (!written.ok) return { settled: false };
   const usage = toUsage(reservation.key, written.attributes);
   if (reservation.developerId && actual.compute > 0) await chargeDeveloper(reservation.developerId, actual.compute, now);
-  // Only the settle that won the hold gets here: each charge is counted in the owner's activity once. The count is
-  // work the invocation finishes before it returns, not a wait for whoever settles (the next turn of a run).
-  finishBeforeReturn(
-    countActivity({
-      projectId: reservation.key.projectId,
-      userId: reservation.key.userId,
-      model: call?.model ?? NO_MODEL,
-      aiMicros: actual.ai,
-      computeSeconds: actual.compute,
-      requests: call ? 1 : 0,
-      errors: call?.error ? 1 : 0,
-      ...(call?.tokens ? { tokens: call.tokens } : {}),
-    }),
-  );
+  // Only the settle that won the hold gets here: each charge is counted in the owner's activity once. Part of the
+  // settlement, so that whatever waits for the settlement (the invocation's end) waits for the count too.
+  await countActivity({
+    projectId: reservation.key.projectId,
+    userId: reservation.key.userId,
+    model: call?.model ?? NO_MODEL,
+    aiMicros: actual.ai,
+    computeSeconds: actual.compute,
+    requests: call ? 1 : 0,
+    errors: call?.error ? 1 : 0,
+    ...(call?.tokens ? { tokens: call.tokens } : {}),
+  });
   // And the thresholds this charge moved the window across, from the counters its own write returned: one alert each.
   if (reservation.budget) await alertUserWindow({ key: reservation.key, budget: reservation.budget, used: usage.used, charged: actual, now });
   return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };

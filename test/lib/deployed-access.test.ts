@@ -259,7 +259,10 @@ describe('every AWS call a function can make is allowed by its IAM statements', 
 
   it('no function bundles the operator-only listings (their indexes are granted to no role)', () => {
     for (const spec of specs) {
-      expect(sources.get(spec.id)!.filter((file) => /lambdas\/(vessels|sessions)\/list\.ts$|lambdas\/registry\/listing\.ts$/.test(file)), spec.id).toEqual([]);
+      expect(
+        sources.get(spec.id)!.filter((file) => /lambdas\/(vessels|sessions)\/list\.ts$|lambdas\/registry\/listing\.ts$/.test(file)),
+        spec.id,
+      ).toEqual([]);
     }
   });
 
