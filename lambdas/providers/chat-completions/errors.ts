@@ -4,13 +4,11 @@ import { anthropicError, upstreamFailure, upstreamUnreachable } from '../errors.
 import { PROVIDER_LABELS } from '../../routing/provider-ids.ts';
 import type { AnthropicErrorBody, AnthropicErrorType, ProviderResult } from '../types.ts';
 import type { ChatProviderId } from './dialect.ts';
+import { TranslationError } from './translation-error.ts';
 
 type ErrorResult = Extract<ProviderResult, { kind: 'error' }>;
 
-/** A request the translation cannot carry to the upstream without changing its meaning: answered 400. */
-export class TranslationError extends Error {
-  override readonly name = 'TranslationError';
-}
+export { TranslationError };
 
 export function translationFailure(err: TranslationError): ErrorResult {
   return { kind: 'error', status: 400, body: anthropicError('invalid_request_error', err.message) };

@@ -4,7 +4,7 @@ import { PROVIDER_LABELS } from '../../routing/provider-ids.ts';
 import { TYPICAL_IMAGE_TOKENS } from '../token-estimates.ts';
 import type { MessagesRequest } from '../types.ts';
 import type { Dialect } from './dialect.ts';
-import { TranslationError } from './errors.ts';
+import { TranslationError } from './translation-error.ts';
 import { effortForBudget, functionTool, imageUrlOf, openaiToolChoiceMode, toolCallOf, type Effort } from './mapping.ts';
 
 /**

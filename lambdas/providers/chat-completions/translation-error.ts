@@ -1,0 +1,8 @@
+/**
+ * A request the translation cannot carry to the upstream without changing its meaning: answered 400. In a module of
+ * its own, apart from errors.ts (which reads the openai SDK's error classes), so that the translation — and what
+ * borrows its checks, as /ws does for a client's tool results — loads no SDK.
+ */
+export class TranslationError extends Error {
+  override readonly name = 'TranslationError';
+}
