@@ -5,10 +5,8 @@ import { WindowKind } from '../../lambdas/auth/claims.ts';
 import { mintToken, parseDuration } from '../../lambdas/auth/tokens.ts';
 import { type ActivityCounters, groupActivity, readActivity, totalActivity } from '../../lambdas/activity/query.ts';
 import { NO_MODEL } from '../../lambdas/activity/record.ts';
-import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { currentWindows } from '../../lambdas/budgets/ledger.ts';
-import { developerAllowance } from '../../lambdas/plans/compute.ts';
-import { liveLeases } from '../../lambdas/plans/leases.ts';
+import { developerStatus } from '../../lambdas/plans/status.ts';
 import { tierFor } from '../../lambdas/plans/tiers.ts';
 import { MAX_PROJECT_ORIGINS, MAX_TOKEN_ORIGINS, originList } from '../../lambdas/origins/pattern.ts';
 import { MAX_ALERT_THRESHOLDS, type CustomPrice, Identifier, type ModelPrices, PricedModel, ProjectProvider } from '../../lambdas/registry/model.ts';
@@ -21,7 +19,6 @@ import {
   createProject,
   describeProject,
   getDeploymentPricing,
-  getDeveloper,
   getProject,
   RegistryError,
   removeDeploymentPrice,
@@ -343,17 +340,11 @@ export const COMMANDS: Record<string, Command> = {
     async run(flags, ctx) {
       const o = parse({ id: required('id', Identifier) }, flags);
       await ctx.connect();
-      const dev = await getDeveloper(o.id);
-      if (!dev) throw new RegistryError(`Developer ${o.id} does not exist`);
-      const tier = tierFor(dev.planSeconds);
       const now = new Date(clock.now());
       const monthStart = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
-      const [used, leases, projects] = await Promise.all([
-        developerComputeUsed(dev.developerId),
-        liveLeases(dev.developerId),
-        listProjects({ developerId: dev.developerId }),
-      ]);
-      const allowance = developerAllowance(dev, used);
+      const [status, projects] = await Promise.all([developerStatus(o.id), listProjects({ developerId: o.id })]);
+      if (!status) throw new RegistryError(`Developer ${o.id} does not exist`);
+      const { developer: dev, tier, allowance, leases } = status;
       // The AI dollars of the developer's users this month: the projects' activity (docs/activity.md).
       const spent = await Promise.all(projects.map(async (p) => totalActivity(await readActivity(p.projectId, monthStart, now)).aiMicros));
       const data = {

@@ -3,14 +3,11 @@ import { type ActivityCounters, type ActivityRow, groupActivity, readActivity, t
 import { NO_MODEL } from '../../lambdas/activity/record.ts';
 import { parseDuration } from '../../lambdas/auth/tokens.ts';
 import { currentWindows } from '../../lambdas/budgets/ledger.ts';
-import { developerComputeUsed } from '../../lambdas/budgets/developer-month.ts';
 import { clock } from '../../lambdas/config/clock.ts';
-import { developerAllowance } from '../../lambdas/plans/compute.ts';
-import { liveLeases } from '../../lambdas/plans/leases.ts';
-import { tierFor } from '../../lambdas/plans/tiers.ts';
 import type { Project } from '../../lambdas/registry/model.ts';
 import { listProjects } from '../../lambdas/registry/listing.ts';
-import { getDeveloper, getProject } from '../../lambdas/registry/registry.ts';
+import { getProject } from '../../lambdas/registry/registry.ts';
+import { developerStatus } from '../../lambdas/plans/status.ts';
 import { listSessions } from '../../lambdas/sessions/list.ts';
 import { listVessels } from '../../lambdas/vessels/list.ts';
 import { vesselView } from '../../lambdas/vessels/record.ts';
@@ -180,11 +177,9 @@ async function runsRoute(query: Query) {
   const developerIds = [...new Set(projects.map((p) => p.developerId))].sort();
   const developers = await Promise.all(
     developerIds.map(async (id) => {
-      const dev = await getDeveloper(id);
-      if (!dev) return undefined;
-      const tier = tierFor(dev.planSeconds);
-      const [used, leases] = await Promise.all([developerComputeUsed(id), liveLeases(id)]);
-      const allowance = developerAllowance(dev, used);
+      const status = await developerStatus(id);
+      if (!status) return undefined;
+      const { developer: dev, tier, allowance, leases } = status;
       return {
         developerId: id,
         tier: tier.name,

@@ -224,12 +224,6 @@ export interface SettleOutcome {
   reserved?: Amounts;
 }
 
-/**
- * Turns a reservation into its actual cost. A repeated settle, or one after the sweep took the hold, changes nothing.
- * The settle that removes a developer's hold then adds its compute to the developer's month, and every settle its
- * charge to the project's activity (`call` says which model call it was): only one call can win the hold, so each is
- * written once (a process that dies between the writes, or a failed later write, leaves them short, never double).
- */
 /** What a settled model call was, for its activity record (lambdas/activity/record.ts); absent for compute and sweeps. */
 export interface SettledCall {
   model: string;
@@ -239,6 +233,13 @@ export interface SettledCall {
   error?: boolean;
 }
 
+/**
+ * Turns a reservation into its actual cost. A repeated settle, or one after the sweep took the hold, changes nothing.
+ * The settle that removes a developer's hold then adds its compute to the developer's month, and every settle adds
+ * its charge to the project's activity (`call` says which model call it was) and fires the budget alerts it crossed:
+ * only one call can win the hold, so each is written once (a process that dies between the writes, or a failed later
+ * write, leaves them short, never double). The later writes are independent of each other and made together.
+ */
 export async function settle(reservation: Reservation, actual: Amounts, now = new Date(clock.now()), call?: SettledCall): Promise<SettleOutcome> {
   assertAmounts(actual, 'actual');
   const written = await conditionalUpdate({
@@ -262,21 +263,23 @@ export async function settle(reservation: Reservation, actual: Amounts, now = ne
   });
   if (!written.ok) return { settled: false };
   const usage = toUsage(reservation.key, written.attributes);
-  if (reservation.developerId && actual.compute > 0) await chargeDeveloper(reservation.developerId, actual.compute, now);
-  // Only the settle that won the hold gets here: each charge is counted in the owner's activity once. Part of the
-  // settlement, so that whatever waits for the settlement (the invocation's end) waits for the count too.
-  await countActivity({
-    projectId: reservation.key.projectId,
-    userId: reservation.key.userId,
-    model: call?.model ?? NO_MODEL,
-    aiMicros: actual.ai,
-    computeSeconds: actual.compute,
-    requests: call ? 1 : 0,
-    errors: call?.error ? 1 : 0,
-    ...(call?.tokens ? { tokens: call.tokens } : {}),
-  });
-  // And the thresholds this charge moved the window across, from the counters its own write returned: one alert each.
-  if (reservation.budget) await alertUserWindow({ key: reservation.key, budget: reservation.budget, used: usage.used, charged: actual, now });
+  // Only the settle that won the hold gets here. All of it is part of the settlement, so whatever waits for the
+  // settlement (the invocation's end) waits for these too.
+  await Promise.all([
+    reservation.developerId && actual.compute > 0 ? chargeDeveloper(reservation.developerId, actual.compute, now) : undefined,
+    countActivity({
+      projectId: reservation.key.projectId,
+      userId: reservation.key.userId,
+      model: call?.model ?? NO_MODEL,
+      aiMicros: actual.ai,
+      computeSeconds: actual.compute,
+      requests: call ? 1 : 0,
+      errors: call?.error ? 1 : 0,
+      ...(call?.tokens ? { tokens: call.tokens } : {}),
+    }),
+    // The thresholds this charge moved the window across, from the counters its own write returned: one alert each.
+    reservation.budget ? alertUserWindow({ key: reservation.key, budget: reservation.budget, used: usage.used, charged: actual, now }) : undefined,
+  ]);
   return { settled: true, used: usage.used, reserved: usage.reserved, overrun: Math.max(0, actual.ai - reservation.held.ai) };
 }
 

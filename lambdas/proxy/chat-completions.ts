@@ -15,7 +15,7 @@ import { openaiRefusal } from '../refusals/openai.ts';
 import { Refused } from '../refusals/refusal.ts';
 import { routeModel } from '../routing/route.ts';
 import { proxyCaller } from './caller.ts';
-import { COST_HEADER, MAX_TOKENS_HEADER, REMAINING_HEADER } from './messages.ts';
+import { chargeHeaders, clampHeaders, streamHeaders } from './messages.ts';
 import { MessagesBody } from './schema.ts';
 
 /**
@@ -53,42 +53,35 @@ export async function handleChatCompletions(req: Request): Promise<Response> {
   const body = parsed.data as unknown as MessagesRequest;
 
   const call = await meteredCall({ caller, body });
-  const clamp: Record<string, string> = call.clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(call.clampedMaxTokens) };
-  if (!call.ok) return openaiRefusal(call.refusal, clamp);
+  if (!call.ok) return openaiRefusal(call.refusal, clampHeaders(call.clampedMaxTokens));
   const created = Math.floor(clock.now() / 1000);
   if (call.kind === 'message') {
     afterResponse(accessRecord(), call.settle);
-    const headers: Record<string, string> = { ...clamp, [COST_HEADER]: String(call.charge.microdollars) };
-    if (call.charge.remaining !== undefined) headers[REMAINING_HEADER] = String(call.charge.remaining);
-    return Response.json(chatCompletion(call.message, { model: body.model, created }), { headers });
+    return Response.json(chatCompletion(call.message, { model: body.model, created }), { headers: chargeHeaders(call.clampedMaxTokens, call.charge) });
   }
   const translator = new ChunkTranslator({ model: body.model, created, includeUsage: translated.includeUsage });
   return new Response(
     chunkStream(call.stream.body, translator, (emit) => call.stream.accumulator.onEvent((event) => emit(translator.push(event)))),
-    { headers: { ...clamp, ...SSE_HEADERS } },
+    { headers: streamHeaders(call.clampedMaxTokens) },
   );
 }
-
-const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' };
 
 /** An OpenAI or OpenRouter model: the request passed through and metered; the answer as the upstream sent it. */
 async function passThrough(caller: Caller, request: PassthroughRequest): Promise<Response> {
   const call = await meteredChatCompletion({ caller, ...request });
-  const clamp: Record<string, string> = call.clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(call.clampedMaxTokens) };
-  if (!call.ok) return openaiRefusal(call.refusal, clamp, call.openai);
+  if (!call.ok) return openaiRefusal(call.refusal, clampHeaders(call.clampedMaxTokens), call.openai);
   if (call.kind === 'completion') {
     afterResponse(accessRecord(), call.settle);
-    const headers: Record<string, string> = { ...clamp, 'content-type': 'application/json', [COST_HEADER]: String(call.charge.microdollars) };
-    if (call.charge.remaining !== undefined) headers[REMAINING_HEADER] = String(call.charge.remaining);
-    return new Response(call.text, { headers });
+    return new Response(call.text, { headers: { ...chargeHeaders(call.clampedMaxTokens, call.charge), 'content-type': 'application/json' } });
   }
   // The client asked for the usage chunk: the upstream's bytes as they are. Otherwise the same chunks, less the usage
   // the gateway asked for on its own behalf.
-  if (request.includeUsage) return new Response(call.stream.body, { headers: { ...clamp, ...SSE_HEADERS } });
+  const headers = streamHeaders(call.clampedMaxTokens);
+  if (request.includeUsage) return new Response(call.stream.body, { headers });
   const filter = new UsageChunkFilter();
   return new Response(
     chunkStream(call.stream.body, filter, (emit) => call.stream.accumulator.onData((data, chunk) => emit(filter.push(data, chunk)))),
-    { headers: { ...clamp, ...SSE_HEADERS } },
+    { headers },
   );
 }
 

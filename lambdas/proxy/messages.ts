@@ -1,6 +1,6 @@
 import { parseJsonBody, readBodyText } from '../http/body.ts';
 import { afterResponse } from '../instance/unfinished.ts';
-import { countTokens, meteredCall } from '../metering/call.ts';
+import { countTokens, meteredCall, type CallCharge } from '../metering/call.ts';
 import { accessRecord, timePhase } from '../observability/access-log.ts';
 import type { MessagesRequest, ProviderRequest } from '../providers/types.ts';
 import { anthropicRefusal } from '../refusals/anthropic.ts';
@@ -20,6 +20,23 @@ export const COST_HEADER = 'x-gateway-cost-microdollars';
 export const REMAINING_HEADER = 'x-gateway-budget-remaining-microdollars';
 /** Header naming the lowered `max_tokens` when a request was clamped to fit the budget (docs/contract.md). */
 export const MAX_TOKENS_HEADER = 'x-gateway-max-tokens';
+
+/** The clamp header of a call whose limit was lowered to fit the budget (none otherwise), on every answer and refusal. */
+export function clampHeaders(clampedMaxTokens: number | undefined): Record<string, string> {
+  return clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(clampedMaxTokens) };
+}
+
+/** A whole answer's headers: the clamp, what it cost, and what is left of the window's AI budget when known. */
+export function chargeHeaders(clampedMaxTokens: number | undefined, charge: CallCharge): Record<string, string> {
+  const headers: Record<string, string> = { ...clampHeaders(clampedMaxTokens), [COST_HEADER]: String(charge.microdollars) };
+  if (charge.remaining !== undefined) headers[REMAINING_HEADER] = String(charge.remaining);
+  return headers;
+}
+
+/** A stream's headers (its cost is known only at its end). */
+export function streamHeaders(clampedMaxTokens: number | undefined): Record<string, string> {
+  return { ...clampHeaders(clampedMaxTokens), 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' };
+}
 
 async function readRequest(req: Request, schema: typeof MessagesBody | typeof CountTokensBody) {
   const log = accessRecord();
@@ -43,18 +60,13 @@ function anthropicHeaders(req: Request): ProviderRequest['headers'] {
 
 export async function handleMessages(req: Request): Promise<Response> {
   const call = await meteredCall(await readRequest(req, MessagesBody));
-  const clamp: Record<string, string> = call.clampedMaxTokens === undefined ? {} : { [MAX_TOKENS_HEADER]: String(call.clampedMaxTokens) };
-  if (!call.ok) return anthropicRefusal(call.refusal, clamp);
+  if (!call.ok) return anthropicRefusal(call.refusal, clampHeaders(call.clampedMaxTokens));
   if (call.kind === 'message') {
     // The charge is written once the answer has been handed over; both headers are known before that.
     afterResponse(accessRecord(), call.settle);
-    const headers: Record<string, string> = { ...clamp, [COST_HEADER]: String(call.charge.microdollars) };
-    if (call.charge.remaining !== undefined) headers[REMAINING_HEADER] = String(call.charge.remaining);
-    return Response.json(call.message, { headers });
+    return Response.json(call.message, { headers: chargeHeaders(call.clampedMaxTokens, call.charge) });
   }
-  return new Response(call.stream.body, {
-    headers: { ...clamp, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' },
-  });
+  return new Response(call.stream.body, { headers: streamHeaders(call.clampedMaxTokens) });
 }
 
 export async function handleCountTokens(req: Request): Promise<Response> {
