@@ -1,6 +1,5 @@
-import { QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { queryPages } from '../store/pages.ts';
 import { env } from '../config/env.ts';
-import { documentClient } from '../store/dynamo.ts';
 import { ACTIVITY_BUCKETS, hourOf, monthOf } from './record.ts';
 
 /**
@@ -60,19 +59,12 @@ export async function readActivity(projectId: string, since: Date, until: Date):
 
 async function queryAll(pk: string, from: string, to: string): Promise<ActivityRow[]> {
   const rows: ActivityRow[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await documentClient().send(
-      new QueryCommand({
-        TableName: env().ACTIVITY_TABLE,
-        KeyConditionExpression: 'pk = :pk AND sk BETWEEN :from AND :to',
-        ExpressionAttributeValues: { ':pk': pk, ':from': from, ':to': to },
-        ExclusiveStartKey: start,
-      }),
-    );
-    for (const item of out.Items ?? []) rows.push(rowOf(item));
-    start = out.LastEvaluatedKey;
-  } while (start);
+  const pages = queryPages({
+    TableName: env().ACTIVITY_TABLE,
+    KeyConditionExpression: 'pk = :pk AND sk BETWEEN :from AND :to',
+    ExpressionAttributeValues: { ':pk': pk, ':from': from, ':to': to },
+  });
+  for await (const out of pages) for (const item of out.Items ?? []) rows.push(rowOf(item));
   return rows;
 }
 

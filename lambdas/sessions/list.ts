@@ -1,6 +1,5 @@
-import { QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { queryPages } from '../store/pages.ts';
 import { env } from '../config/env.ts';
-import { documentClient } from '../store/dynamo.ts';
 import { SESSIONS_PROJECT_INDEX } from '../store/tables.ts';
 import type { SessionState } from './states.ts';
 
@@ -25,19 +24,17 @@ export interface ListedSession {
 export async function listSessions(query: { projectId: string; limit?: number }): Promise<ListedSession[]> {
   const limit = Math.min(Math.max(1, Math.floor(query.limit ?? 50)), 1000);
   const sessions: ListedSession[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await documentClient().send(
-      new QueryCommand({
-        TableName: env().SESSIONS_TABLE,
-        IndexName: SESSIONS_PROJECT_INDEX,
-        KeyConditionExpression: 'projectId = :p',
-        ExpressionAttributeValues: { ':p': query.projectId },
-        ScanIndexForward: false,
-        Limit: limit - sessions.length,
-        ExclusiveStartKey: start,
-      }),
-    );
+  const pages = queryPages(
+    {
+      TableName: env().SESSIONS_TABLE,
+      IndexName: SESSIONS_PROJECT_INDEX,
+      KeyConditionExpression: 'projectId = :p',
+      ExpressionAttributeValues: { ':p': query.projectId },
+      ScanIndexForward: false,
+    },
+    () => limit - sessions.length,
+  );
+  for await (const out of pages) {
     for (const item of out.Items ?? []) {
       sessions.push({
         sessionId: String(item.sessionId),
@@ -47,7 +44,7 @@ export async function listSessions(query: { projectId: string; limit?: number })
         createdAt: new Date(Number(item.createdAt)).toISOString(),
       });
     }
-    start = out.LastEvaluatedKey;
-  } while (start && sessions.length < limit);
+    if (sessions.length >= limit) break;
+  }
   return sessions;
 }

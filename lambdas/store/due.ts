@@ -1,5 +1,4 @@
-import { QueryCommand } from '@aws-sdk/lib-dynamodb';
-import { documentClient } from './dynamo.ts';
+import { queryPages } from './pages.ts';
 
 /**
  * The sweeps' shared reading of a sparse "due" index (the vessels' `reconcile`, the sessions' `sweep`): items of one
@@ -23,21 +22,19 @@ export interface DueQuery {
 /** The items as stored; `T` names their shape (the caller's record type: the index projects whole items). */
 export async function dueItems<T = Record<string, unknown>>(q: DueQuery): Promise<T[]> {
   const found: T[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await documentClient().send(
-      new QueryCommand({
-        TableName: q.table,
-        IndexName: q.index,
-        KeyConditionExpression: '#shard = :shard AND #due <= :now',
-        ExpressionAttributeNames: { '#shard': q.shardAttribute, '#due': q.dueAttribute },
-        ExpressionAttributeValues: { ':shard': q.shard, ':now': q.now },
-        ExclusiveStartKey: start,
-        Limit: q.limit - found.length,
-      }),
-    );
+  const pages = queryPages(
+    {
+      TableName: q.table,
+      IndexName: q.index,
+      KeyConditionExpression: '#shard = :shard AND #due <= :now',
+      ExpressionAttributeNames: { '#shard': q.shardAttribute, '#due': q.dueAttribute },
+      ExpressionAttributeValues: { ':shard': q.shard, ':now': q.now },
+    },
+    () => q.limit - found.length,
+  );
+  for await (const out of pages) {
     found.push(...((out.Items ?? []) as T[]));
-    start = out.LastEvaluatedKey;
-  } while (start && found.length < q.limit);
+    if (found.length >= q.limit) break;
+  }
   return found;
 }

@@ -1,6 +1,5 @@
-import { QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { queryPages } from '../store/pages.ts';
 import { env } from '../config/env.ts';
-import { documentClient } from '../store/dynamo.ts';
 import { VESSELS_PROJECT_INDEX } from '../store/tables.ts';
 import { TASK_IDENTIFIER } from './record.ts';
 import { flagsOf, type VesselStatus } from './states.ts';
@@ -47,30 +46,28 @@ export async function listVessels(query: { projectId: string; status?: VesselSta
   const limit = Math.min(Math.max(1, Math.floor(query.limit ?? DEFAULT_LIST_LIMIT)), MAX_LIST_LIMIT);
   const vessels: ListedVessel[] = [];
   let scanned = 0;
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await documentClient().send(
-      new QueryCommand({
-        TableName: env().VESSELS_TABLE,
-        IndexName: VESSELS_PROJECT_INDEX,
-        KeyConditionExpression: 'projectId = :p',
-        ...(query.status
-          ? {
-              FilterExpression: '#status = :s',
-              ExpressionAttributeNames: { '#status': 'status' },
-              ExpressionAttributeValues: { ':p': query.projectId, ':s': query.status },
-            }
-          : { ExpressionAttributeValues: { ':p': query.projectId } }),
-        ScanIndexForward: false,
-        // Without a filter every entry read is kept: read no more than asked for.
-        ...(query.status ? {} : { Limit: limit - vessels.length }),
-        ExclusiveStartKey: start,
-      }),
-    );
+  const pages = queryPages(
+    {
+      TableName: env().VESSELS_TABLE,
+      IndexName: VESSELS_PROJECT_INDEX,
+      KeyConditionExpression: 'projectId = :p',
+      ...(query.status
+        ? {
+            FilterExpression: '#status = :s',
+            ExpressionAttributeNames: { '#status': 'status' },
+            ExpressionAttributeValues: { ':p': query.projectId, ':s': query.status },
+          }
+        : { ExpressionAttributeValues: { ':p': query.projectId } }),
+      ScanIndexForward: false,
+    },
+    // Without a filter every entry read is kept: read no more than asked for.
+    () => (query.status ? undefined : limit - vessels.length),
+  );
+  for await (const out of pages) {
     scanned += out.ScannedCount ?? 0;
     for (const item of out.Items ?? []) if (vessels.length < limit) vessels.push(listed(item));
-    start = out.LastEvaluatedKey;
-  } while (start && vessels.length < limit && scanned < MAX_SCANNED);
+    if (vessels.length >= limit || scanned >= MAX_SCANNED) break;
+  }
   return vessels;
 }
 
