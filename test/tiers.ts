@@ -14,7 +14,7 @@ export const OWN_PROCESS_FILES = ['test/webhooks/secrets.test.ts'] as const;
 
 /**
  * `npm run test:system`: whole processes and real engines — `kill -9` crash tests, client disconnects at the socket,
- * the engines `npm start` starts, `cdk synth` and the Lambda bundles, the real Claude Code, a real Chromium (the browser tests and the console's).
+ * the engines `npm start` starts, the owner's CLI, `cdk synth` and the Lambda bundles, the real Claude Code, a real Chromium (the browser tests and the console's).
  */
 export const SYSTEM_FILES = [
   'test/vessels/crash.test.ts',
@@ -27,13 +27,16 @@ export const SYSTEM_FILES = [
   'test/clients/claude-code.test.ts',
   'test/clients/browser.test.ts',
   'test/console/console.test.ts',
+  // The owner's CLI, one `gateway` process per command (~90 s of `npm test`'s time when it was there).
+  'test/cli/cli.test.ts',
 ] as const;
 
 /**
  * `npm run test:soak`: the same properties as in `npm test`, at full scale (TEST_SCALE=full): 1,000 vessels on a
  * 2-slot tier, 300-way contention on one user's budget (on /v1/messages and on /v1/chat/completions; and a 300-request burst served until it is spent, at 1 s answers), the proxy and /usage fuzz properties at three times their
- * runs. The /ws fuzz runs at its own scale in `npm test` only: beyond its 42 fixed runs it meets a known race (a
- * resume read before the last tool result of the closed connection is applied), to be fixed before it joins here.
+ * runs. The /ws fuzz runs its 42 fixed runs here (half of them in `npm test`), not three times them: beyond those it
+ * meets a known race (a resume read before the last tool result of the closed connection is applied). The fuzz files
+ * run at half their runs in `npm test` (test/support/fuzz.ts, soakRuns).
  */
 export const SOAK_FILES = [
   'test/vessels/concurrency.test.ts',
@@ -42,4 +45,5 @@ export const SOAK_FILES = [
   'test/proxy/budget-burst.test.ts',
   'test/fuzz/proxy.fuzz.test.ts',
   'test/fuzz/usage.fuzz.test.ts',
+  'test/fuzz/ws.fuzz.test.ts',
 ] as const;

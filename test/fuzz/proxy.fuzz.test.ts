@@ -14,7 +14,7 @@
  *     did not ask for usage, the simulated upstream's own count of what it sent); at the end no hold anywhere in the
  *     table.
  *
- * Runs in CI with a fixed seed (both fuzz files: about 4,600 requests). Larger local run — about 80,000 requests,
+ * Runs in CI with a fixed seed: in `npm test` at half its runs (soakRuns), in `npm run test:soak` at three times them. Larger local run — about 80,000 requests,
  * 10–15 minutes on 2 cores (FUZZ_RUNS=3 took 95 s for 12,000):
  *
  *   FUZZ_RUNS=20 npx vitest run test/fuzz
@@ -36,7 +36,7 @@ import {
   responseProblems,
   sseEvents,
 } from '../support/envelope.ts';
-import { checkProperty, FUZZ_SCALE, FUZZ_SEED, fuzzTimeout, runs } from '../support/fuzz.ts';
+import { checkProperty, FUZZ_SCALE, FUZZ_SEED, fuzzTimeout, soakRuns } from '../support/fuzz.ts';
 import {
   chatChargeOf,
   CUSTOM_PRICES,
@@ -396,7 +396,7 @@ describe('proxy fuzz', () => {
           const sendsBody = !['GET', 'HEAD'].includes(method) && body !== undefined;
           await exercise({ method, path, host, creds, body: sendsBody ? Buffer.from(body) : undefined, contentType });
         }),
-        runs(1200),
+        soakRuns(1200),
       );
     },
     fuzzTimeout(60_000),
@@ -410,7 +410,7 @@ describe('proxy fuzz', () => {
         fc.asyncProperty(messagesPath, hostArb, mostlyGood(), bodyArb(ctx), async (path, host, creds, body) => {
           await exercise({ method: 'POST', path, host, creds, body: body.bytes, contentType: body.contentType, why: body.why });
         }),
-        runs(500),
+        soakRuns(500),
       );
     },
     fuzzTimeout(90_000),
@@ -424,7 +424,7 @@ describe('proxy fuzz', () => {
         fc.asyncProperty(chatPath, mostlyGood(), chatBodyArb(ctx), async (path, creds, body) => {
           await exercise({ method: 'POST', path, creds, body: body.bytes, contentType: body.contentType, why: body.why });
         }),
-        runs(400),
+        soakRuns(400),
       );
     },
     fuzzTimeout(90_000),
@@ -443,7 +443,7 @@ describe('proxy fuzz', () => {
             await exercise({ method: 'POST', path, creds, body: body.bytes, contentType: body.contentType, why: body.why });
           },
         ),
-        runs(250),
+        soakRuns(250),
       );
     },
     fuzzTimeout(30_000),
@@ -475,7 +475,7 @@ describe('proxy fuzz', () => {
             });
           },
         ),
-        runs(400),
+        soakRuns(400),
       );
     },
     fuzzTimeout(30_000),

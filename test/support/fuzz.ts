@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { FULL_SCALE } from './scale.ts';
 
 /**
  * Fuzz run settings shared by test/fuzz/*. A fixed seed by default, so CI is reproducible and a failure replays
@@ -14,6 +15,12 @@ if (!(FUZZ_SCALE > 0)) throw new Error(`FUZZ_RUNS must be a positive number, got
 
 /** A property's run count, scaled by FUZZ_RUNS. */
 export const runs = (base: number): number => Math.max(1, Math.round(base * FUZZ_SCALE));
+
+/**
+ * The run count of a property in a soak file (test/tiers.ts): half its runs in `npm test`, which only proves the
+ * property holds, and all of them, times FUZZ_RUNS (3), in the soak tier.
+ */
+export const soakRuns = (base: number): number => runs(FULL_SCALE ? base : base / 2);
 
 /** A test timeout that grows with FUZZ_RUNS (the base is for the default run count). */
 export const fuzzTimeout = (baseMs: number): number => Math.round(baseMs * Math.max(1, FUZZ_SCALE)) + 60_000;
