@@ -2,6 +2,8 @@ import { availableParallelism, cpus, loadavg } from 'node:os';
 import type { PhaseFigures, Phase } from './access-log.ts';
 import { PHASES } from './access-log.ts';
 import { ms } from './common.ts';
+import type { LayerEntry } from './cpu-layers-history.ts';
+import type { LayerShare } from './cpu-layers.ts';
 import type { HandlerMemory } from './handler-memory.ts';
 import { aiUsdPer1000, CANDIDATE_SIZES_MB, cpuMsAt, FULL_VCPU_MB, lambdaUsdPer1000, TYPICAL_STREAM, type SizeChoice } from './lambda-cost.ts';
 import { CLOCK_TICKS } from './process-stats.ts';
@@ -72,7 +74,14 @@ export interface Results {
   phases?: Partial<Record<'JSON' | 'SSE', PhaseFigures>>;
   storeWrite?: { p50: number; p99: number };
   goals?: LatencyGoal[];
-  cpu?: { gateway: CpuRun; idleMsPerSecond: Record<string, number>; portkey: { run: CpuRun } | { skipped: string } };
+  cpu?: {
+    gateway: CpuRun;
+    idleMsPerSecond: Record<string, number>;
+    portkey: { run: CpuRun } | { skipped: string };
+    /** The net CPU per request split by layer (bench/cpu-layers.ts), and the same split at earlier commits. */
+    layers?: LayerShare[];
+    layerHistory?: LayerEntry[];
+  };
   memory?: MemoryFigures;
   size?: SizeChoice & {
     currentMb: number;
@@ -92,6 +101,7 @@ export interface Knobs {
   CPU_REQUESTS: number;
   CPU_WARMUP: number;
   CPU_CONCURRENCY: number;
+  PROFILE_REQUESTS: number;
   PORTKEY: boolean;
   STREAMS: number;
   STREAM_WORDS: number;
@@ -303,6 +313,38 @@ function cpu(results: Results, knobs: Knobs): string[] {
     'Bounded by: throughput through the gateway is capped by DynamoDB Local (two conditional writes per request,',
     "about 275 writes/s across items on this machine), so the gateway's req/s here says little about the gateway;",
     'its CPU per request is the figure that carries over to Lambda, where it is billed and where it sets latency.',
+    '',
+    ...layersSection(results, knobs),
+  ];
+}
+
+function layersSection(results: Results, knobs: Knobs): string[] {
+  const c = results.cpu;
+  if (!c?.layers) return [];
+  const history = c.layerHistory ?? [];
+  const names = [...new Set([...c.layers.map((l) => l.name), ...history.flatMap((e) => Object.keys(e.layers))])];
+  const historyRows = names.map((name) => `| ${name} | ${history.map((e) => (e.layers[name] === undefined ? '-' : ms(e.layers[name]))).join(' | ')} |`);
+  return [
+    '### CPU per request by layer',
+    '',
+    `The same load as above, ${knobs.PROFILE_REQUESTS} requests more, under V8's sampling profiler (through the inspector,`,
+    'bench/inspector.ts); bench/cpu-layers.ts gives each sample to the first frame, from the sampled function up its',
+    "stack, that lies in a known layer — Node's own `node:` frames are skipped, so a socket write or an HMAC is charged",
+    'to the code that asked for it. A stack with no such frame ran on its own (the HTTP parsers, fetch reading the',
+    "upstream's answer, the garbage collector). The milliseconds are each layer's share of the net CPU per request above.",
+    '',
+    '| layer | share | ms / request | what it holds |',
+    '|---|---|---|---|',
+    ...c.layers.map((l) => `| ${l.name} | ${(100 * l.share).toFixed(1)} % | ${ms(l.msPerRequest)} | ${l.what} |`),
+    '',
+    'Layer by layer at each commit measured (ms of CPU per request; docs/benchmarks-cpu-layers.json, which every',
+    '`npm run bench` extends; `+`: uncommitted changes in the tree). Read across a row to see what a change did to a layer.',
+    '',
+    `| layer | ${history.map((e) => `${e.commit}${e.label ? ` (${e.label})` : ''}`).join(' | ')} |`,
+    `|---|${history.map(() => '---').join('|')}|`,
+    ...historyRows,
+    `| **total (net)** | ${history.map((e) => `**${ms(e.cpuMsPerRequest)}**`).join(' | ')} |`,
+    `| Portkey, same run | ${history.map((e) => (e.portkeyMsPerRequest === undefined ? '-' : ms(e.portkeyMsPerRequest))).join(' | ')} |`,
     '',
   ];
 }

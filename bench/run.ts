@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../bin/local/dynamodb.ts';
@@ -12,6 +12,8 @@ import { getProject } from '../lambdas/registry/registry.ts';
 import { AccessLog, phaseFigures, PHASES, type PhaseFigures } from './access-log.ts';
 import { concurrently, ms, percentile, sleep, spawnChild, stopChild, type OutputLines } from './common.ts';
 import { handlerMemory } from './handler-memory.ts';
+import { layerShares, type LayerShare } from './cpu-layers.ts';
+import { recordLayers } from './cpu-layers-history.ts';
 import { connectInspector } from './inspector.ts';
 import { chooseSize } from './lambda-cost.ts';
 import { writeOverheadReport, type Results, type Figures, type CpuRun, type MemoryFigures, type EventFigures, type LatencyGoal } from './overhead-doc.ts';
@@ -28,7 +30,9 @@ import { findChild, memory, procAvailable, startCpuMeter } from './process-stats
  * Knobs (environment):
  * - BENCH_REQUESTS (per latency scenario, default 400), BENCH_CONCURRENCY (levels, default 1,8), BENCH_WARMUP (40),
  *   BENCH_PACE_MS (the pause of the "paced" rows, 25)
- * - BENCH_CPU_REQUESTS (default 2000), BENCH_CPU_WARMUP (200), BENCH_CPU_CONCURRENCY (16 clients, one user each)
+ * - BENCH_CPU_REQUESTS (default 2000), BENCH_CPU_WARMUP (200), BENCH_CPU_CONCURRENCY (16 clients, one user each),
+ *   BENCH_PROFILE_REQUESTS (1000: the profiled run that splits the gateway's CPU by layer), BENCH_PROFILE_OUT (a
+ *   path: the profile is saved there, a .cpuprofile Chrome's DevTools open)
  * - BENCH_PORTKEY (1; 0 skips the Portkey side-by-side)
  * - BENCH_STREAMS (concurrent slow streams for memory, 100), BENCH_STREAM_WORDS (100), BENCH_STREAM_DELAY_MS (100)
  * - BENCH_EVENTS (events per stream for the per-event cost, 500), BENCH_EVENT_RUNS (streams each way, 10),
@@ -44,6 +48,7 @@ const PACE_MS = knob('BENCH_PACE_MS', 25);
 const CPU_REQUESTS = knob('BENCH_CPU_REQUESTS', 2000);
 const CPU_WARMUP = knob('BENCH_CPU_WARMUP', 200);
 const CPU_CONCURRENCY = knob('BENCH_CPU_CONCURRENCY', 16);
+const PROFILE_REQUESTS = knob('BENCH_PROFILE_REQUESTS', 1000);
 const PORTKEY = process.env.BENCH_PORTKEY !== '0';
 const STREAMS = knob('BENCH_STREAMS', 100);
 const STREAM_WORDS = knob('BENCH_STREAM_WORDS', 100);
@@ -75,6 +80,7 @@ const KNOBS = {
   CPU_REQUESTS,
   CPU_WARMUP,
   CPU_CONCURRENCY,
+  PROFILE_REQUESTS,
   PORTKEY,
   STREAMS,
   STREAM_WORDS,
@@ -220,6 +226,9 @@ async function startProcesses(dataDir: string, children: ChildProcess[]): Promis
         POWERTOOLS_LOG_LEVEL: 'ERROR',
         // One JSON line per request, with its phases (bench/access-log.ts).
         LOCAL_ACCESS_LOG: 'json',
+        // No local stand-in for IAM: in AWS, DynamoDB checks a call's grants on its own side, so the in-process HTTP
+        // hop that checks them locally (bin/local/iam.ts) is no part of a function's CPU or latency.
+        LOCAL_IAM: 'off',
       },
     },
     children,
@@ -409,8 +418,14 @@ async function cpuRuns(setup: Setup, children: ChildProcess[]): Promise<Results[
       .map(([l, v]) => `${l} ${ms(v)} ms`)
       .join(', ')}`,
   );
+  const layers = await profiledLayers(setup, users, gateway.netCpuMsPerRequest.gateway!);
   const portkey = runs('portkey') ? await portkeyLoad(setup, children) : { skipped: PORTKEY ? 'not selected (BENCH_ONLY)' : 'BENCH_PORTKEY=0' };
-  const cpu: NonNullable<Results['cpu']> = { gateway, idleMsPerSecond: idle, portkey };
+  const cpu: NonNullable<Results['cpu']> = { gateway, idleMsPerSecond: idle, portkey, layers };
+  cpu.layerHistory = recordLayers({
+    cpuMsPerRequest: gateway.netCpuMsPerRequest.gateway!,
+    portkeyMsPerRequest: 'run' in portkey ? portkey.run.cpuMsPerRequest.Portkey : undefined,
+    layers,
+  });
   if ('run' in cpu.portkey) {
     const portkeyMs = cpu.portkey.run.cpuMsPerRequest.Portkey!;
     const ratio = gateway.cpuMsPerRequest.gateway! / portkeyMs;
@@ -418,6 +433,27 @@ async function cpuRuns(setup: Setup, children: ChildProcess[]): Promise<Results[
     console.log(`gateway / Portkey CPU per request: ${ratio.toFixed(2)}, net of idle ${net.toFixed(2)} (goal ≤ 1: ${ratio <= 1 ? 'met' : 'NOT met'})`);
   } else console.log(`Portkey side-by-side: skipped: ${cpu.portkey.skipped}`);
   return cpu;
+}
+
+/**
+ * The gateway's net CPU per request split by layer (bench/cpu-layers.ts): the same load again, PROFILE_REQUESTS of
+ * it, under the inspector's sampling profiler.
+ */
+async function profiledLayers(setup: Setup, users: Scenario[], cpuMsPerRequest: number): Promise<LayerShare[]> {
+  const inspector = await connectInspector(setup.inspectorPort);
+  try {
+    const send = (_: number, client: number) => once(users[client]!);
+    const profile = await inspector.cpuProfile(async () => {
+      await concurrently(PROFILE_REQUESTS, users.length, send);
+    });
+    if (process.env.BENCH_PROFILE_OUT) writeFileSync(process.env.BENCH_PROFILE_OUT, JSON.stringify(profile));
+    const layers = layerShares(profile, cpuMsPerRequest);
+    console.log(`\nCPU per request by layer (profile of ${PROFILE_REQUESTS} requests; shares of ${ms(cpuMsPerRequest)} ms):`);
+    for (const l of layers) console.log(`  ${l.name.padEnd(24)} ${(100 * l.share).toFixed(1).padStart(5)} %  ${ms(l.msPerRequest)} ms`);
+    return layers;
+  } finally {
+    inspector.close();
+  }
 }
 
 /**

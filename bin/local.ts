@@ -20,7 +20,10 @@ if (scheduleSeconds !== undefined && !/^[1-9]\d*$/.test(scheduleSeconds)) {
 }
 const scheduleIntervalMs = scheduleSeconds === undefined ? undefined : Number(scheduleSeconds) * 1000;
 
+const localIamOff = process.env.LOCAL_IAM === 'off';
+
 async function main() {
+  if (localIamOff) console.log('LOCAL_IAM=off: the functions’ store and queue calls are not checked against their grants (bench only).');
   console.log('Starting the prompt gateway (DynamoDB Local, fauxqs, the scheduler stand-in, handlers)…');
   const gw = await startGateway({
     port,
@@ -30,6 +33,8 @@ async function main() {
     accessLog: (line) => console.log(line),
     accessLogJson: process.env.LOCAL_ACCESS_LOG === 'json',
     scheduleIntervalMs,
+    // The bench only (bench/run.ts): see startGateway's `localIam`.
+    ...(localIamOff ? { localIam: false } : {}),
   });
   const dev = await ensureDevelopmentProject({ simulated: gw.simulated });
 

@@ -63,6 +63,13 @@ export interface GatewayOptions {
   accessLog?: (line: string) => void;
   /** Each access-log line as `{"access": {…record}}` instead, phases included (LOCAL_ACCESS_LOG=json; the bench reads it). */
   accessLogJson?: boolean;
+  /**
+   * Check each function's DynamoDB and SQS calls against its grants through the local stand-in for IAM
+   * (bin/local/iam.ts; default true). The bench turns it off (LOCAL_IAM=off): in AWS that check happens inside
+   * DynamoDB and SQS, not in the function, so its in-process HTTP hop is no part of a function's CPU. Off, the
+   * functions reach the engines directly and SQS trace headers are not kept (no recursion emulation).
+   */
+  localIam?: boolean;
   /** The functions to serve: the manifest (lambdas/handlers/manifest.ts) unless a test passes a variant. */
   functions?: readonly FunctionSpec[];
   /**
@@ -156,6 +163,18 @@ export const DEFAULT_SQS_CONCURRENCY = 5;
 /** The schedule group of the scheduler stand-in (SCHEDULE_GROUP_NAME locally). */
 export const LOCAL_SCHEDULE_GROUP = 'local';
 /** The delivery role the handlers name locally (SCHEDULER_ROLE_ARN); the stand-in assumes nothing. */
+/** No stand-in for IAM (`localIam: false`): the engines' own endpoints, nothing checked, no trace kept. */
+async function noLocalIam(o: Parameters<typeof startLocalIam>[0]): Promise<LocalIam> {
+  return {
+    dynamoEndpoint: o.dynamoEndpoint,
+    sqsEndpoint: o.sqsEndpoint,
+    traceOf: () => undefined,
+    forget: () => undefined,
+    denied: [],
+    stop: async () => undefined,
+  };
+}
+
 export const LOCAL_SCHEDULER_ROLE_ARN = 'arn:aws:iam::000000000000:role/local-scheduler-delivery';
 
 const RATE_UNITS_MS: Readonly<Record<string, number>> = { minute: 60_000, hour: 3_600_000, day: 86_400_000 };
@@ -415,7 +434,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
 
     // Each function as its own Lambda: only the environment its manifest entry grants, its own instance state, and
     // its calls to DynamoDB and SQS checked against its grants (docs/local.md, "As strict as AWS").
-    const iam: LocalIam = await startLocalIam({
+    const iam: LocalIam = await (opts.localIam === false ? noLocalIam : startLocalIam)({
       functions: served.map((f) => ({ spec: f.spec, functionName: f.functionName })),
       // Where the environment sends them (a test may put a relay of its own in between).
       dynamoEndpoint: process.env.DYNAMODB_ENDPOINT ?? dynamoEndpoint,
