@@ -1,5 +1,3 @@
-import { APIConnectionTimeoutError } from 'openai/core/error';
-
 /** Waits for `read`, failing with a TimeoutError if it takes longer than `ms` (one idle gap of a stream). */
 export async function readWithin<T>(read: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -37,10 +35,9 @@ export function withIdleTimeout(source: ReadableStream<Uint8Array>, ms: number):
 }
 
 /**
- * Whether a failure is a time-out rather than a broken connection, whoever raised it: `readWithin` and
- * `AbortSignal.timeout` raise a DOMException named TimeoutError; the OpenAI SDK raises its own
- * APIConnectionTimeoutError, whose name is plain "Error", so only its class tells.
+ * Whether a failure is a time-out rather than a broken connection: `readWithin`, `AbortSignal.timeout` and the
+ * providers' own deadlines all raise (or abort with) a DOMException named TimeoutError.
  */
 export function isTimeout(err: unknown): boolean {
-  return err instanceof APIConnectionTimeoutError || (err as { name?: unknown } | null | undefined)?.name === 'TimeoutError';
+  return (err as { name?: unknown } | null | undefined)?.name === 'TimeoutError';
 }

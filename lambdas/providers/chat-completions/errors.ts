@@ -1,17 +1,34 @@
-import OpenAI from 'openai';
 import { isTimeout } from '../../streaming/idle-timeout.ts';
 import { anthropicError, upstreamFailure, upstreamUnreachable } from '../errors.ts';
 import { PROVIDER_LABELS } from '../../routing/provider-ids.ts';
-import type { AnthropicErrorBody, AnthropicErrorType, ProviderResult } from '../types.ts';
+import type { AnthropicErrorBody, AnthropicErrorType, ChatPassthroughResult, ProviderResult } from '../types.ts';
 import type { ChatProviderId } from './dialect.ts';
 import { TranslationError } from './translation-error.ts';
 
 type ErrorResult = Extract<ProviderResult, { kind: 'error' }>;
 
+/** A failure before any answer, for either route: the pass-through keeps the upstream's `param` and `code` from it. */
+export type ChatFailure = Extract<ChatPassthroughResult, { kind: 'error' }>;
+
 export { TranslationError };
 
 export function translationFailure(err: TranslationError): ErrorResult {
   return { kind: 'error', status: 400, body: anthropicError('invalid_request_error', err.message) };
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * An error object the upstream sent in place of a chunk, after the stream started (`data: {"error":{…}}`, or an
+ * `event: error`): the stream fails with it (api.ts raises it, `streamFailure` reads it). `error` is the object as
+ * sent (`{message, type, code}`); the message is the upstream's own, or the object itself when it has none.
+ */
+export class UpstreamError extends Error {
+  constructor(readonly error: unknown) {
+    const m = (error as { message?: unknown } | null | undefined)?.message;
+    super(m ? (typeof m === 'string' ? m : JSON.stringify(m)) : error ? JSON.stringify(error) : 'the upstream sent an error without a body');
+    this.name = 'UpstreamError';
+  }
 }
 
 /** The innermost message of an error chain (`fetch failed` → `connect ECONNREFUSED 127.0.0.1:1`). */
@@ -27,27 +44,34 @@ function rootMessage(err: unknown): string | undefined {
 }
 
 /** The upstream's own message from an OpenAI-style error object (`{message, type, code}`). */
-function upstreamMessage(err: InstanceType<typeof OpenAI.APIError>): string | undefined {
-  const m = (err.error as { message?: unknown } | undefined)?.message;
+function upstreamMessage(error: unknown): string | undefined {
+  const m = (error as { message?: unknown } | null | undefined)?.message;
   return typeof m === 'string' && m ? m : undefined;
 }
 
 /**
- * An error thrown by the SDK before any answer came: an HTTP status → the gateway's pass-through policy
- * (`upstreamFailure`), a time-out or a connection failure → `upstreamUnreachable`.
+ * No answer: the time-out (`timeoutMs` passed before the answer, a TimeoutError) or a connection failure, named by its
+ * root cause — undici's own message is only "fetch failed".
  */
-export function requestFailure(provider: ChatProviderId, err: unknown, timeoutMs: number): ErrorResult {
-  // The SDK's own time-out (APIConnectionTimeoutError) or an aborted TimeoutError signal: "did not answer within".
+export function connectionFailure(provider: ChatProviderId, err: unknown, timeoutMs: number): ChatFailure {
   if (isTimeout(err)) return { kind: 'error', ...upstreamUnreachable(provider, err, timeoutMs) };
-  if (err instanceof OpenAI.APIError && typeof err.status === 'number') {
-    return { kind: 'error', ...upstreamFailure(provider, err.status, upstreamMessage(err)) };
-  }
-  if (err instanceof OpenAI.APIError && err.status === undefined && err.error !== undefined) {
-    // An error body without a status (OpenRouter may answer 200 with `{error:{code, message}}`).
-    const { status } = classify(err.error);
-    return { kind: 'error', ...upstreamFailure(provider, status, upstreamMessage(err)) };
-  }
   return { kind: 'error', ...upstreamUnreachable(provider, { message: rootMessage(err) ?? 'connection failed' }, timeoutMs) };
+}
+
+/** A non-2xx answer: the gateway's pass-through policy (providers/errors.ts), with the upstream's message, param and code. */
+export async function responseFailure(provider: ChatProviderId, res: Response): Promise<ChatFailure> {
+  let error: { message?: unknown; param?: unknown; code?: unknown } | undefined;
+  try {
+    const body = (await res.json()) as { error?: unknown };
+    if (isObject(body?.error)) error = body.error;
+  } catch {
+    // not JSON: the status alone
+  }
+  return {
+    kind: 'error',
+    ...upstreamFailure(provider, res.status, upstreamMessage(error)),
+    openai: { param: typeof error?.param === 'string' ? error.param : null, code: typeof error?.code === 'string' ? error.code : null },
+  };
 }
 
 /** An error object of a response body or stream chunk → an HTTP-like status and an Anthropic error type. */
@@ -70,10 +94,9 @@ export function streamFailure(provider: ChatProviderId, err: unknown, timeoutMs:
   if (isTimeout(err)) {
     return anthropicError('api_error', `${label} stopped sending data for ${timeoutMs} ms in the middle of the stream`);
   }
-  if (err instanceof OpenAI.APIError && err.error !== undefined) {
+  if (err instanceof UpstreamError) {
     const { type } = classify(err.error);
-    const message = upstreamMessage(err) ?? err.message;
-    return anthropicError(type, `${label} failed mid-stream: ${message}`);
+    return anthropicError(type, `${label} failed mid-stream: ${upstreamMessage(err.error) ?? err.message}`);
   }
   return anthropicError('api_error', `The connection to ${label} failed mid-stream: ${rootMessage(err) ?? 'connection lost'}`);
 }
@@ -81,6 +104,5 @@ export function streamFailure(provider: ChatProviderId, err: unknown, timeoutMs:
 /** A 200 response whose body is an error (OpenRouter does this for some upstream failures). */
 export function bodyFailure(provider: ChatProviderId, error: unknown): ErrorResult {
   const { status } = classify(error);
-  const m = (error as { message?: unknown } | undefined)?.message;
-  return { kind: 'error', ...upstreamFailure(provider, status, typeof m === 'string' ? m : undefined) };
+  return { kind: 'error', ...upstreamFailure(provider, status, upstreamMessage(error)) };
 }

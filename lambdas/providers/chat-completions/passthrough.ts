@@ -1,18 +1,14 @@
-import { accessRecord, timePhase } from '../../observability/access-log.ts';
 import { withIdleTimeout } from '../../streaming/idle-timeout.ts';
-import { upstreamFailure, upstreamUnreachable } from '../errors.ts';
+import { upstreamUnreachable } from '../errors.ts';
 import type { ChatPassthroughRequest, ChatPassthroughResult } from '../types.ts';
+import { postChatCompletions, readCompletion } from './api.ts';
 import type { Dialect } from './dialect.ts';
-import { bodyFailure } from './errors.ts';
 
 /**
  * Chat Completions passed through to a provider that speaks it (docs/openai.md, "OpenAI and OpenRouter models"):
  * the client's body goes up with every field it sent, and the upstream's answer comes back unchanged — JSON bytes,
- * or SSE bytes chunk by chunk. Plain `fetch`, not the openai SDK: nothing is translated, so nothing of the SDK's
- * request building or parsing is needed, and the bytes stay the upstream's.
+ * or SSE bytes chunk by chunk (api.ts sends it; nothing is parsed but a JSON answer, to meter it).
  */
-
-type ErrorResult = Extract<ChatPassthroughResult, { kind: 'error' }>;
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -38,59 +34,19 @@ export function forwardedBody(dialect: Dialect, req: ChatPassthroughRequest): Re
   return body;
 }
 
-/** An upstream error response: the gateway's pass-through policy (providers/errors.ts), the upstream's param and code kept. */
-async function errorOf(dialect: Dialect, res: Response): Promise<ErrorResult> {
-  let error: { message?: unknown; param?: unknown; code?: unknown } | undefined;
-  try {
-    const body = (await res.json()) as { error?: unknown };
-    if (isObject(body?.error)) error = body.error;
-  } catch {
-    // not JSON: the status alone
-  }
-  const message = typeof error?.message === 'string' && error.message ? error.message : undefined;
-  return {
-    kind: 'error',
-    ...upstreamFailure(dialect.id, res.status, message),
-    openai: { param: typeof error?.param === 'string' ? error.param : null, code: typeof error?.code === 'string' ? error.code : null },
-  };
-}
-
 export async function passThrough(dialect: Dialect, req: ChatPassthroughRequest): Promise<ChatPassthroughResult> {
   const body = forwardedBody(dialect, req);
   const stream = body.stream === true;
-  let res: Response;
-  const started = performance.now();
-  try {
-    res = await fetch(`${req.baseUrl.replace(/\/+$/, '')}/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${req.apiKey}`, accept: stream ? 'text/event-stream' : 'application/json' },
-      body: JSON.stringify(body),
-      signal: AbortSignal.any([req.signal, AbortSignal.timeout(req.timeoutMs)]),
-    });
-  } catch (err) {
-    return { kind: 'error', ...upstreamUnreachable(dialect.id, err, req.timeoutMs) };
-  }
-  timePhase(accessRecord(), 'connect', started);
-  if (!res.ok) return errorOf(dialect, res);
+  const res = await postChatCompletions(dialect.id, req, body, { stream, deadline: 'whole' });
+  if (!(res instanceof Response)) return res;
   const cost = dialect.reportedCostMicros;
   if (stream && res.body && (res.headers.get('content-type') ?? '').includes('text/event-stream')) {
     return { kind: 'stream', body: withIdleTimeout(res.body, req.timeoutMs), ...(cost ? { reportedCostMicros: cost } : {}) };
   }
-  let text: string;
-  let completion: Record<string, unknown>;
-  try {
-    const read = performance.now();
-    text = await res.text();
-    timePhase(accessRecord(), 'firstByte', read);
-    const parsed = JSON.parse(text) as unknown;
-    if (!isObject(parsed)) throw new Error('the upstream answered something other than a JSON object');
-    completion = parsed;
-  } catch (err) {
-    return { kind: 'error', ...upstreamUnreachable(dialect.id, err, req.timeoutMs) };
-  }
-  // OpenRouter may answer 200 with an error body (and, asked for a stream, with JSON).
-  if (completion.error !== undefined && !(Array.isArray(completion.choices) && completion.choices.length)) return bodyFailure(dialect.id, completion.error);
+  // A JSON answer; OpenRouter may answer a stream request with one (an error, which readCompletion tells).
+  const answer = await readCompletion(dialect.id, res, req.timeoutMs);
+  if (answer.kind === 'error') return answer;
   if (stream) return { kind: 'error', ...upstreamUnreachable(dialect.id, new Error('the upstream answered a stream request without a stream'), req.timeoutMs) };
-  const reported = cost?.(completion.usage);
-  return { kind: 'completion', text, completion, ...(reported === undefined ? {} : { reportedCostMicros: reported }) };
+  const reported = cost?.(answer.completion.usage);
+  return reported === undefined ? answer : { ...answer, reportedCostMicros: reported };
 }

@@ -1,8 +1,9 @@
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { projectKeyCredential } from '../project-key.ts';
 import type { CountResult, Provider, ProviderRequest, ProviderResult } from '../types.ts';
+import { chatCompletionChunks, postChatCompletions, readCompletion } from './api.ts';
 import type { ChatProviderId, Dialect } from './dialect.ts';
-import { bodyFailure, requestFailure, TranslationError, translationFailure } from './errors.ts';
+import { type ChatFailure, TranslationError, translationFailure } from './errors.ts';
 import { passThrough } from './passthrough.ts';
 import { estimateTokens, translateRequest, type TranslatedRequest } from './request.ts';
 import { translateResponse, type AnswerContext } from './response.ts';
@@ -11,8 +12,13 @@ import { anthropicSseStream, StreamTranslator } from './stream.ts';
 /**
  * A provider speaking OpenAI's Chat Completions API, translated to and from Anthropic's Messages format
  * (docs/translation.md). OpenAI itself and OpenRouter are two dialects of it (providers/openai, providers/openrouter).
- * Each project pays these providers with its own key.
+ * Each project pays these providers with its own key. The upstream is called with plain `fetch` (api.ts, which says
+ * why not the openai SDK).
  */
+
+/** A failure as the Anthropic route answers it: without the upstream's `param` and `code`, which only the pass-through keeps. */
+const anthropicFailure = ({ kind, status, body }: ChatFailure): Extract<ProviderResult, { kind: 'error' }> => ({ kind, status, body });
+
 export function chatCompletionsProvider(dialect: Dialect): Provider {
   const id: ChatProviderId = dialect.id;
 
@@ -32,40 +38,29 @@ export function chatCompletionsProvider(dialect: Dialect): Provider {
     return use(t);
   }
 
-  function client(req: ProviderRequest): OpenAI {
-    return new OpenAI({ apiKey: req.apiKey, baseURL: req.baseUrl, maxRetries: 0, timeout: req.timeoutMs });
-  }
-
   function answerContext(req: ProviderRequest, t: TranslatedRequest): AnswerContext {
     return { requestedModel: req.body.model, names: t.names, dialect, stopSequences: t.stopSequences };
   }
 
   async function sendMessage(req: ProviderRequest, t: TranslatedRequest): Promise<ProviderResult> {
-    let completion: OpenAI.Chat.ChatCompletion;
-    try {
-      completion = await client(req).chat.completions.create({ ...t.params, stream: false }, { signal: req.signal });
-    } catch (err) {
-      return requestFailure(id, err, req.timeoutMs);
-    }
-    const bodyError = (completion as { error?: unknown }).error;
-    if (bodyError && !completion.choices?.length) return bodyFailure(id, bodyError);
+    const res = await postChatCompletions(id, req, { ...t.params, stream: false }, { stream: false, deadline: 'whole' });
+    if (!(res instanceof Response)) return anthropicFailure(res);
+    const answer = await readCompletion(id, res, req.timeoutMs);
+    if (answer.kind === 'error') return anthropicFailure(answer);
+    const completion = answer.completion as unknown as OpenAI.Chat.ChatCompletion;
     const message = translateResponse(completion, answerContext(req, t));
     const cost = dialect.reportedCostMicros?.(completion.usage);
     return cost === undefined ? { kind: 'message', message } : { kind: 'message', message, reportedCostMicros: cost };
   }
 
   async function sendStream(req: ProviderRequest, t: TranslatedRequest): Promise<ProviderResult> {
+    // Aborted by the translated stream when it gives up on the upstream (an idle gap) or its reader cancels it.
     const upstream = new AbortController();
-    const signal = AbortSignal.any([req.signal, upstream.signal]);
-    let chunks: AsyncIterable<OpenAI.Chat.ChatCompletionChunk>;
-    try {
-      chunks = await client(req).chat.completions.create({ ...t.params, stream: true }, { signal });
-    } catch (err) {
-      return requestFailure(id, err, req.timeoutMs);
-    }
+    const res = await postChatCompletions(id, req, { ...t.params, stream: true }, { stream: true, deadline: 'headers', signal: upstream.signal });
+    if (!(res instanceof Response)) return anthropicFailure(res);
     const translator = new StreamTranslator(answerContext(req, t), estimateTokens(t.params));
     const body = anthropicSseStream({
-      chunks,
+      chunks: chatCompletionChunks(res, AbortSignal.any([req.signal, upstream.signal])),
       translator,
       provider: id,
       timeoutMs: req.timeoutMs,

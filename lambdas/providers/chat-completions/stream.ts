@@ -180,7 +180,7 @@ export class StreamTranslator {
 }
 
 /**
- * Runs the SDK's chunk stream through a StreamTranslator into Anthropic SSE bytes. Pull-driven (nothing is read from
+ * Runs the upstream's chunks (api.ts `chatCompletionChunks`) through a StreamTranslator into Anthropic SSE bytes. Pull-driven (nothing is read from
  * the upstream before the consumer asks), an idle gap longer than `timeoutMs` aborts the upstream and ends with an
  * error event, and cancelling the result aborts the upstream request.
  */

@@ -1,5 +1,6 @@
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
+import { UpstreamError } from '../../../lambdas/providers/chat-completions/errors.ts';
 import { shortenToolName, ToolNames } from '../../../lambdas/providers/chat-completions/request.ts';
 import type { AnswerContext } from '../../../lambdas/providers/chat-completions/response.ts';
 import { anthropicSseStream, StreamTranslator, type StreamEvent } from '../../../lambdas/providers/chat-completions/stream.ts';
@@ -246,13 +247,8 @@ describe('anthropicSseStream', () => {
     expect(state.returned).toBe(true);
   });
 
-  it('writes an error event for an {error} chunk (the SDK throws it) and ends normally', async () => {
-    const err = new OpenAI.APIError(
-      undefined,
-      { message: 'Upstream failure mid-stream', type: 'server_error', code: 'server_error' },
-      undefined,
-      new Headers(),
-    );
+  it('writes an error event for an {error} chunk (chatCompletionChunks throws it) and ends normally', async () => {
+    const err = new UpstreamError({ message: 'Upstream failure mid-stream', type: 'server_error', code: 'server_error' });
     const { chunks } = source([chunk({ content: 'Hi' }), chunk({ content: 'more' })], { failAfter: 1, error: err });
     const aborted: unknown[] = [];
     const text = await read(
@@ -266,7 +262,7 @@ describe('anthropicSseStream', () => {
   });
 
   it('maps a rate-limit error chunk to rate_limit_error', async () => {
-    const err = new OpenAI.APIError(undefined, { message: 'slow down', code: 429 }, undefined, new Headers());
+    const err = new UpstreamError({ message: 'slow down', code: 429 });
     const { chunks } = source([chunk({ content: 'Hi' })], { failAfter: 0, error: err });
     const text = await read(
       anthropicSseStream({ chunks, translator: new StreamTranslator(ctx()), provider: 'openrouter', timeoutMs: 1000, abort: () => undefined }),

@@ -202,8 +202,14 @@ describe('openaiProvider.send (simulated OpenAI)', () => {
       status: 500,
       body: { type: 'error', error: { type: 'api_error', message: expect.stringMatching(/^Could not reach OpenAI: .*ECONNREFUSED/) } },
     });
-    const slow = await openaiProvider.send(say('x [[hang]]', {}, { timeoutMs: 200 }));
-    expect(slow).toEqual({ kind: 'error', status: 500, body: { type: 'error', error: { type: 'api_error', message: 'OpenAI did not answer within 200 ms' } } });
+    for (const stream of [false, true]) {
+      const slow = await openaiProvider.send(say('x [[hang]]', { stream }, { timeoutMs: 200 }));
+      expect(slow).toEqual({
+        kind: 'error',
+        status: 500,
+        body: { type: 'error', error: { type: 'api_error', message: 'OpenAI did not answer within 200 ms' } },
+      });
+    }
   });
 
   it('answers 400 for what cannot be translated, without calling the upstream', async () => {
