@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { PutItemCommand, UpdateItemCommand, type AttributeValue } from '@aws-sdk/client-dynamodb';
+import type { AttributeValue, PutItemCommandInput, UpdateItemCommandInput } from '@aws-sdk/client-dynamodb';
 import type { PutCommandInput, UpdateCommandInput } from '@aws-sdk/lib-dynamodb';
 import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
-import { isConditionFailure, writeClient } from './dynamo.ts';
+import { isConditionFailure, storeWire } from './dynamo.ts';
 
 /**
  * Conditional writes that say what stood in their way. Every state change in the store is one conditional write; when
@@ -44,7 +44,7 @@ export async function conditionalUpdate(input: Conditional<UpdateCommandInput>):
 async function tokenedUpdate(input: Omit<UpdateCommandInput, 'ReturnValuesOnConditionCheckFailure'>): Promise<ConditionalResult> {
   const { Key, ExpressionAttributeValues, ExpressionAttributeNames, UpdateExpression, ConditionExpression, ...rest } = input;
   const token = randomUUID();
-  const command = new UpdateItemCommand({
+  const command: UpdateItemCommandInput = {
     ...rest,
     Key: marshall(Key, MARSHALL),
     UpdateExpression: settingToken(UpdateExpression ?? ''),
@@ -52,8 +52,8 @@ async function tokenedUpdate(input: Omit<UpdateCommandInput, 'ReturnValuesOnCond
     ExpressionAttributeNames: { ...ExpressionAttributeNames, ...TOKEN_NAMES },
     ExpressionAttributeValues: marshall({ ...ExpressionAttributeValues, [TOKEN_VALUE]: token }, MARSHALL),
     ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-  });
-  return written(token, () => writeClient().send(command));
+  };
+  return written(token, () => storeWire().write('UpdateItem', command));
 }
 
 /**
@@ -73,15 +73,15 @@ export async function updateOnce(
 export async function conditionalPut(input: Conditional<PutCommandInput>): Promise<ConditionalResult> {
   const { Item, ExpressionAttributeValues, ExpressionAttributeNames, ConditionExpression, ...rest } = input;
   const token = randomUUID();
-  const command = new PutItemCommand({
+  const command: PutItemCommandInput = {
     ...rest,
     Item: marshall({ ...Item, [TOKEN_ATTRIBUTE]: token }, MARSHALL),
     ConditionExpression: `(${ConditionExpression}) AND ${NOT_YET}`,
     ExpressionAttributeNames: { ...ExpressionAttributeNames, ...TOKEN_NAMES },
     ExpressionAttributeValues: marshall({ ...ExpressionAttributeValues, [TOKEN_VALUE]: token }, MARSHALL),
     ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-  });
-  return written(token, () => writeClient().send(command));
+  };
+  return written(token, () => storeWire().write('PutItem', command));
 }
 
 /** The attribute holding the token of the last write made here, and its placeholders. */

@@ -2,6 +2,7 @@ import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynam
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { env, localEndpointCredentials } from '../config/env.ts';
 import { instanceValue } from '../instance/state.ts';
+import { StoreWire } from './wire.ts';
 
 function clientConfig(): DynamoDBClientConfig {
   const { DYNAMODB_ENDPOINT, AWS_REGION } = env();
@@ -18,27 +19,26 @@ export const documentClient = instanceValue(
 );
 
 /**
- * The client of the conditional writes (store/conditional.ts), which are on every metered request's path: the
- * low-level client with its middleware stack resolved once per command class (`cacheMiddleware`) rather than on
- * every call, and no document-client layer (conditional.ts marshals itself). Both were a measurable share of the
- * gateway's CPU per request (docs/benchmarks.md, "CPU per request"). The document client cannot cache its stack.
- *
- * Two steps of the SDK's stack do nothing the gateway uses, on every write (docs/benchmarks.md, "CPU per request by
- * layer"), and are taken out: the logger step builds a redacted copy of each input and output for a logger the
- * gateway never gives the client (it logs its own failures), and the user-agent step formats the SDK's user agent
- * header, which DynamoDB does not need. Retries, signing, the trace header and the error parsing stay the SDK's.
+ * The SDK client behind the conditional writes (store/conditional.ts): it is not sent through, its configuration is
+ * what `storeWire` signs, retries and classifies errors with — the credentials chain, the region, the retry strategy.
  */
 export const writeClient = instanceValue(
-  (): DynamoDBClient => {
-    const client = new DynamoDBClient({ ...clientConfig(), cacheMiddleware: true });
-    for (const step of UNUSED_STEPS) client.middlewareStack.remove(step);
-    return client;
-  },
+  (): DynamoDBClient => new DynamoDBClient(clientConfig()),
   (client) => client.destroy(),
 );
 
-/** The write client's middleware steps the gateway has no use for (above). */
-export const UNUSED_STEPS = ['loggerMiddleware', 'getUserAgentMiddleware'] as const;
+/**
+ * The conditional writes on every metered request's path go out in DynamoDB's JSON protocol (store/wire.ts), with
+ * the write client's credentials, signer and retry strategy: the SDK's command stack was the largest layer of the
+ * gateway's CPU per request (docs/benchmarks.md, "CPU per request by layer").
+ */
+export const storeWire = instanceValue(
+  (): StoreWire => {
+    const { DYNAMODB_ENDPOINT, AWS_REGION } = env();
+    return new StoreWire(writeClient(), DYNAMODB_ENDPOINT || `https://dynamodb.${AWS_REGION}.amazonaws.com`);
+  },
+  (wire) => wire.destroy(),
+);
 
 /** True when the error is DynamoDB refusing a write because its condition did not hold. */
 export function isConditionFailure(err: unknown): boolean {

@@ -188,12 +188,25 @@ export function queueSends(file: string): Array<{ readonly queue: string; readon
   return sends;
 }
 
-/** Every `new XCommand(` of the AWS SDK under lambdas/, by command name. */
+/**
+ * Every `new XCommand(` of the AWS SDK under lambdas/, by command name, and every write the store wire sends
+ * (store/wire.ts, `.write('UpdateItem', …)`) as the command it stands for (`UpdateItemCommand`).
+ */
 export function sdkCommands(files: readonly string[]): Set<string> {
   const commands = new Set<string>();
   for (const file of files) {
     walk(sourceOf(file), (node) => {
       if (ts.isNewExpression(node) && ts.isIdentifier(node.expression) && /Command$/.test(node.expression.text)) commands.add(node.expression.text);
+      if (
+        ts.isCallExpression(node) &&
+        ts.isPropertyAccessExpression(node.expression) &&
+        node.expression.name.text === 'write' &&
+        node.arguments[0] &&
+        ts.isStringLiteral(node.arguments[0]) &&
+        /^(UpdateItem|PutItem)$/.test(node.arguments[0].text)
+      ) {
+        commands.add(`${node.arguments[0].text}Command`);
+      }
     });
   }
   return commands;

@@ -4,7 +4,7 @@ import type { BudgetClaim } from '../../lambdas/auth/claims.ts';
 import { readUsage } from '../../lambdas/budgets/ledger.ts';
 import { unfinishedCount } from '../../lambdas/instance/unfinished.ts';
 import { setAccessLogSink, type AccessRecord } from '../../lambdas/observability/access-log.ts';
-import { writeClient } from '../../lambdas/store/dynamo.ts';
+import { storeWire } from '../../lambdas/store/dynamo.ts';
 import { LocalResponseStream } from '../../bin/local/awslambda-shim.ts';
 import { functionUrlEvent, lambdaContext, readBody } from '../../bin/local/events.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
@@ -27,22 +27,19 @@ let seq = 0;
 
 beforeAll(async () => {
   gw = await startTestGateway();
-  // Every settle (the ledger's only write that removes a hold) is delayed; reservations are not. The write client
-  // resolves its middleware once per command, so the delay goes into a fresh one before it has sent anything.
-  writeClient.reset();
-  writeClient().middlewareStack.add(
-    (next) => async (args) => {
-      const input = args.input as { UpdateExpression?: string };
-      if (!input.UpdateExpression?.includes('REMOVE holds.')) return next(args);
-      const timing = { started: performance.now(), ended: 0 };
-      settles.push(timing);
-      await new Promise((r) => setTimeout(r, SETTLE_DELAY_MS));
-      const out = await next(args);
-      timing.ended = performance.now();
-      return out;
-    },
-    { step: 'initialize', name: 'delaySettles' },
-  );
+  // Every settle (the ledger's only write that removes a hold) is delayed; reservations are not. The
+  // store wire is built again first, so the delay goes into a fresh one before it has sent anything.
+  storeWire.reset();
+  storeWire().steps.call.push(async (call, next) => {
+    const input = call.input as { UpdateExpression?: string };
+    if (!input.UpdateExpression?.includes('REMOVE holds.')) return next();
+    const timing = { started: performance.now(), ended: 0 };
+    settles.push(timing);
+    await new Promise((r) => setTimeout(r, SETTLE_DELAY_MS));
+    const out = await next();
+    timing.ended = performance.now();
+    return out;
+  });
   const { handler } = await import('../../lambdas/handlers/channeling.ts');
   // The channeling handler served by hand, so the test knows the moment each invocation returns (as Lambda would).
   server = createServer((req, res) => {
@@ -67,7 +64,7 @@ afterEach(() => {
 });
 afterAll(async () => {
   setAccessLogSink(undefined);
-  writeClient.reset();
+  storeWire.reset();
   server?.closeAllConnections();
   await new Promise((r) => server?.close(r));
   await gw?.stop();

@@ -3,7 +3,7 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { env } from '../../lambdas/config/env.ts';
 import { conditionalPut, conditionalUpdate, updateOnce } from '../../lambdas/store/conditional.ts';
-import { documentClient, UNUSED_STEPS, writeClient } from '../../lambdas/store/dynamo.ts';
+import { documentClient } from '../../lambdas/store/dynamo.ts';
 import { defineStates } from '../../lambdas/store/record-states.ts';
 import { startTestGateway, type TestGateway } from '../support/gateway.ts';
 import { loseAnswers, type AnswerLoss, type WriteInput } from '../support/lost-answers.ts';
@@ -286,22 +286,5 @@ describe('a write the SDK sends twice (its first answer lost) happens once', () 
       expect(r, expression).toEqual({ ok: true });
     }
     expect(await read(key)).toEqual({ ...key, count: 4, a: 'x' });
-  });
-});
-
-describe('the write client', () => {
-  it('carries no logger or user-agent step, and keeps the steps that make a write correct (retry, signing, errors)', async () => {
-    const steps = writeClient()
-      .middlewareStack.identify()
-      .map((s) => s.split(' ')[0]);
-    for (const unused of UNUSED_STEPS) expect(steps).not.toContain(unused);
-    expect(steps).toEqual(expect.arrayContaining(['serializerMiddleware', 'retryMiddleware', 'httpSigningMiddleware', 'deserializerMiddleware']));
-    // And a refused write still comes back as DynamoDB's own refusal, with the item it saw.
-    const key = freshKey();
-    await conditionalPut({ TableName: table(), Item: { ...key, n: 1 }, ConditionExpression: 'attribute_not_exists(pk)' });
-    expect(await conditionalPut({ TableName: table(), Item: { ...key, n: 2 }, ConditionExpression: 'attribute_not_exists(pk)' })).toEqual({
-      ok: false,
-      seen: { ...key, n: 1 },
-    });
   });
 });

@@ -1,7 +1,7 @@
 import type { PutItemCommandInput, UpdateItemCommandInput } from '@aws-sdk/client-dynamodb';
 import { inEveryInstance } from '../../bin/local/instances.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
-import { writeClient } from '../../lambdas/store/dynamo.ts';
+import { storeWire } from '../../lambdas/store/dynamo.ts';
 
 /** A write request as the conditional writes send it (store/conditional.ts): an UpdateItem or a PutItem. */
 export type WriteInput = Partial<UpdateItemCommandInput & PutItemCommandInput>;
@@ -20,11 +20,11 @@ export interface AnswerLoss {
 
 /**
  * Loses the answers of chosen conditional writes, as a connection dropped after DynamoDB applied them would: the error
- * is a retryable network error (ECONNRESET), so the SDK sends the same request again, which then meets the first
- * send's result. The step sits inside the SDK's retry loop (the deserialize step).
+ * is a retryable network error (ECONNRESET), so the write is sent again (the SDK's retry strategy), and that send
+ * meets the first one's result. The step sits inside the retry loop (store/wire.ts, an `attempt` step).
  *
- * The write clients are built again first (instance state reset), since each resolves its middleware once per command
- * class on first use: call this before the traffic it concerns, when nothing is in flight.
+ * The store wires are built again first (instance state reset): call this before the traffic it concerns, when
+ * nothing is in flight.
  */
 export function loseAnswers(): AnswerLoss {
   const rules: { name: string; match: (input: WriteInput) => boolean; between?: () => Promise<unknown> }[] = [];
@@ -32,21 +32,17 @@ export function loseAnswers(): AnswerLoss {
   resetInstanceState();
   // Every function of a running gateway has a write client of its own (bin/local/instances.ts), and so does the test.
   inEveryInstance(() =>
-    writeClient().middlewareStack.add(
-      (next) => async (args) => {
-        const out = await next(args);
-        const input = args.input as WriteInput;
-        const index = rules.findIndex((r) => r.match(input));
-        if (index >= 0) {
-          const [rule] = rules.splice(index, 1);
-          lost.push(rule!.name);
-          await rule!.between?.();
-          throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
-        }
-        return out;
-      },
-      { step: 'deserialize', name: 'loseAnswers', priority: 'high' },
-    ),
+    storeWire().steps.attempt.push(async (call, next) => {
+      const out = await next();
+      const index = rules.findIndex((r) => r.match(call.input as WriteInput));
+      if (index >= 0) {
+        const [rule] = rules.splice(index, 1);
+        lost.push(rule!.name);
+        await rule!.between?.();
+        throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+      }
+      return out;
+    }),
   );
   return {
     loseNext: (name, match, between) => void rules.push({ name, match, ...(between ? { between } : {}) }),

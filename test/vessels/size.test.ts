@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inEveryInstance } from '../../bin/local/instances.ts';
 import { resetInstanceState } from '../../lambdas/instance/state.ts';
 import { charge, priceFor } from '../../lambdas/pricing/prices.ts';
-import { documentClient, writeClient } from '../../lambdas/store/dynamo.ts';
+import { documentClient, storeWire } from '../../lambdas/store/dynamo.ts';
 import { DYNAMODB_MAX_ITEM_BYTES, isItemTooLarge, itemSize } from '../../lambdas/store/item-size.ts';
 import { INTERRUPTED_TEXT, reconcileVessels } from '../../lambdas/vessels/reconciler.ts';
 import type { StoredVessel, VesselOutput } from '../../lambdas/vessels/record.ts';
@@ -61,17 +61,14 @@ beforeAll(async () => {
   // DynamoDB would refuse them: nothing is written. Built again first, with nothing in flight.
   resetInstanceState();
   inEveryInstance(() =>
-    writeClient().middlewareStack.add(
-      (next) => async (args) => {
-        const failure = failures.find((f) => f.match(args.input as UpdateItemCommandInput));
-        if (failure) {
-          failure.failed++;
-          throw failure.error();
-        }
-        return next(args);
-      },
-      { step: 'initialize', name: 'failWrites', priority: 'high' },
-    ),
+    storeWire().steps.call.push((call, next) => {
+      const failure = failures.find((f) => f.match(call.input as UpdateItemCommandInput));
+      if (failure) {
+        failure.failed++;
+        throw failure.error();
+      }
+      return next();
+    }),
   );
 });
 afterAll(async () => {
