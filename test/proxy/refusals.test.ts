@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reserve, settle } from '../../lambdas/budgets/ledger.ts';
@@ -74,9 +75,12 @@ describe('budget refusals', () => {
 
   it('a budget held beyond the wait: x-should-retry true, retry-after 1, and the SDK retry succeeds once it frees', async () => {
     const budget = { ai: 100_000, compute: 0, window: 'day' as const };
-    const { client, calls } = countingClient(await gw.token({ user: 'held', budget }));
-    // Held for longer than the gateway waits, so the first call is refused; the SDK's retry (1 s later) gets through.
-    await holdEverything('held', budget, HOLD_WAIT_MS + 300);
+    // A user of its own per try: a retried test must not meet the hold its first try left.
+    const user = `held-${randomUUID()}`;
+    const { client, calls } = countingClient(await gw.token({ user, budget }));
+    // Held for longer than the gateway waits, so the first call is refused; the SDK's retry (1 s later) waits for the
+    // hold to go and gets through. 1 s more than the wait, so a call that starts late on a busy machine is still refused.
+    await holdEverything(user, budget, HOLD_WAIT_MS + 1_000);
     const message = await client.messages.create(params);
     expect(message.type).toBe('message');
     expect(calls[0]).toEqual({ status: 429, retryAfter: '1', shouldRetry: 'true' });
