@@ -6,7 +6,7 @@ import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { build } from 'esbuild';
 import { functionSpec, type FunctionId } from '../lambdas/handlers/manifest.ts';
-import { esbuildOptions, LAMBDA_NODE_OPTIONS, PROJECT_ROOT } from '../lib/bundling.ts';
+import { esbuildOptions, HANDLER_FILE, LAMBDA_NODE_OPTIONS, PROJECT_ROOT } from '../lib/bundling.ts';
 
 /**
  * The resident memory of one fresh instance of a function: its bundle, built as the stack builds it, imported in a
@@ -28,8 +28,8 @@ const MB = 1024 * 1024;
 export async function handlerMemory(id: FunctionId): Promise<HandlerMemory> {
   const dir = mkdtempSync(join(tmpdir(), 'gateway-bench-handler-'));
   try {
-    const bundle = join(dir, 'index.mjs');
-    await build(esbuildOptions(join(PROJECT_ROOT, functionSpec(id).entry), bundle));
+    const bundle = join(dir, HANDLER_FILE);
+    await build(esbuildOptions(join(PROJECT_ROOT, functionSpec(id).entry), dir));
     const shim = join(dir, 'awslambda-shim.mjs');
     await build({
       stdin: {

@@ -4,9 +4,15 @@ import type { BuildOptions } from 'esbuild';
 import { FUNCTIONS, type FunctionId } from '../lambdas/handlers/manifest.ts';
 
 /**
- * How every Lambda handler is bundled — one description shared by the stack (NodejsFunction), the bundle-size
- * benchmark and the cold-import test, so the three always build the same artefact. Plain data: no CDK import, so
- * the benchmark and tests load it without loading aws-cdk-lib.
+ * How every Lambda handler is bundled — one description shared by the stack (lib/constructs/functions.ts), the
+ * bundle-size benchmark and the cold-import test, so the three always build the same artefact. Plain data: no CDK
+ * import, so the benchmark and tests load it without loading aws-cdk-lib.
+ *
+ * A handler is a folder, not one file: `index.mjs` (the entry, what Lambda loads as `index.handler`) and the chunks
+ * esbuild splits off under `chunks/`. A module the code reaches only through a dynamic `import()` — the JSON Schema
+ * validator, RE2 and the MCP client (lambdas/agent/on-demand.ts) — lands in a chunk of its own that a cold start does
+ * not load; the run that first needs it loads it then. Code shared between the entry and such a chunk lands in a
+ * chunk the entry imports statically, so what a cold start loads is index.mjs plus those (bench/bundle-size.ts).
  */
 
 /** The repository root (this file lives in `lib/`). */
@@ -23,9 +29,21 @@ export const HANDLER_BUNDLE = {
    * --enable-source-maps), at a fraction of the map size Lambda must load on a cold start.
    */
   sourcesContent: false,
+  /**
+   * Code splitting (ESM only): each dynamic `import()` target becomes a chunk loaded on first use. The entry is
+   * `index.mjs` whatever the handler's file is called (Lambda's handler is `index.handler`); chunks go under
+   * `chunks/`, named by esbuild after the module (or `chunk` for shared code) and their content's hash.
+   */
+  splitting: true,
+  entryNames: 'index',
+  chunkNames: 'chunks/[name]-[hash]',
+  outExtension: '.mjs',
   /** Prefer packages' ESM builds: better tree-shaking in an ESM bundle. */
   mainFields: ['module', 'main'],
-  /** Lambda's ESM loader has no `require`; some bundled CommonJS dependencies call it for Node built-ins. */
+  /**
+   * Lambda's ESM loader has no `require`; some bundled CommonJS dependencies call it for Node built-ins. esbuild puts
+   * the banner at the top of every output file, chunks included: each is a module of its own, with its own `require`.
+   */
   banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
   /**
    * Nothing is external, not even `@aws-sdk/*`: the bundle carries the SDK versions the tests ran against instead
@@ -62,12 +80,26 @@ export function bundledHandlers(root = PROJECT_ROOT): Array<{ id: HandlerId; ent
   return FUNCTIONS.map((f) => ({ id: f.id, entry: join(root, f.entry) }));
 }
 
-/** esbuild build options equal to what NodejsFunction runs for `entry` (esbuild's JS API spelling). */
-export function esbuildOptions(entry: string, outfile: string): BuildOptions {
+/** The file Lambda loads, in a handler's output folder. */
+export const HANDLER_FILE = `${HANDLER_BUNDLE.entryNames}${HANDLER_BUNDLE.outExtension}`;
+/** The function's handler setting: HANDLER_FILE's `handler` export. */
+export const LAMBDA_HANDLER = `${HANDLER_BUNDLE.entryNames}.handler`;
+
+/**
+ * esbuild build options for `entry`, written into the folder `outdir` (HANDLER_FILE, its map, and `chunks/`): what
+ * the stack runs for each function (lib/constructs/functions.ts), in esbuild's JS API spelling.
+ */
+export function esbuildOptions(entry: string, outdir: string): BuildOptions {
   return {
     entryPoints: [entry],
-    outfile,
+    outdir,
+    // Paths in the metafile and in messages are relative to the repository, wherever the build is started from.
+    absWorkingDir: PROJECT_ROOT,
     bundle: true,
+    splitting: HANDLER_BUNDLE.splitting,
+    entryNames: HANDLER_BUNDLE.entryNames,
+    chunkNames: HANDLER_BUNDLE.chunkNames,
+    outExtension: { '.js': HANDLER_BUNDLE.outExtension },
     platform: HANDLER_BUNDLE.platform,
     format: HANDLER_BUNDLE.format,
     target: HANDLER_BUNDLE.target,

@@ -6,12 +6,11 @@ import { meteredCall, type CallCharge } from '../metering/call.ts';
 import type { MessagesRequest } from '../providers/types.ts';
 import { messageOf } from '../refusals/describe.ts';
 import { isInvalidRequest, type Refusal } from '../refusals/refusal.ts';
+import { onFirstUse, structuredOutput } from './on-demand.ts';
 import { isClientTool, isHttpTool, isServerTool, type SessionOptions } from './options.ts';
 import { INTERRUPTED, MICROS_PER_USD, runResult, type ResultSubtype, type RunEvent, type RunResult, type RunState } from './result.ts';
-import { structuredOutputCheck } from './structured-output.ts';
 import { httpTool } from './tools/http.ts';
 import { MAX_PARALLEL_TOOL_CALLS, MAX_TOOL_CALLS_PER_TURN } from './tools/limits.ts';
-import { connectMcpServers } from './tools/mcp.ts';
 import { mcpServerRule } from './tools/names.ts';
 import type { AgentTool, ToolOutcome } from './tools/types.ts';
 
@@ -47,6 +46,9 @@ export interface RunInput {
    */
   now?: () => number;
 }
+
+/** The MCP client (tools/mcp.ts), loaded by the first run with `mcpServers` (on-demand.ts). */
+const mcpClient = onFirstUse(() => import('./tools/mcp.ts'));
 
 /** What one answer may hold when the caller sets no thinking budget. */
 export const DEFAULT_MAX_TOKENS = 8_192;
@@ -112,7 +114,11 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   };
 
   // The tools: HTTP tools from the options, MCP servers' tools, filtered by allowedTools / disallowedTools.
-  const mcp = options.mcpServers && Object.keys(options.mcpServers).length ? await connectMcpServers(options.mcpServers, { signal: input.signal }) : undefined;
+  // The MCP client and the schema validator are loaded by the first run that needs them (on-demand.ts).
+  const mcp =
+    options.mcpServers && Object.keys(options.mcpServers).length
+      ? await (await mcpClient()).connectMcpServers(options.mcpServers, { signal: input.signal })
+      : undefined;
   const serverTools = (options.tools ?? []).filter(isServerTool) as Record<string, unknown>[];
   const agentTools = [...(options.tools ?? []).filter(isHttpTool).map((spec) => httpTool(spec)), ...(mcp?.tools ?? [])].filter((t) => allowed(t, options));
   const clientTools = (options.tools ?? []).filter(isClientTool).filter((t) => allowed(t, options));
@@ -124,7 +130,7 @@ export async function runAgentSegment(given: RunInput): Promise<RunOutcome> {
   const offered = [...serverTools.filter((t) => allowed({ name: String(t.name) }, options)), ...agentTools.map(declared), ...clientTools.map(declared)];
   const byName = new Map<string, AgentTool>(agentTools.map((t) => [t.name, t]));
   const clientNames = new Set(clientTools.map((t) => t.name));
-  const checkOutput = options.outputFormat ? structuredOutputCheck(options.outputFormat.schema) : undefined;
+  const checkOutput = options.outputFormat ? (await structuredOutput()).structuredOutputCheck(options.outputFormat.schema) : undefined;
 
   const resumed = typeof input.message === 'string' ? undefined : input.message.resume;
   const conversation: Anthropic.MessageParam[] = [...(resumed?.conversation ?? input.history ?? [])];

@@ -149,7 +149,7 @@ async function vesselRequest(
   body: { options: IncubateBody['options']; callback?: IncubateBody['callback']; ttl?: number | undefined; executeAt?: string | undefined },
 ): Promise<VesselRequest> {
   const { token: _token, ...given } = body.options;
-  const options = checkedRunOptions(given);
+  const options = await checkedRunOptions(given);
   const now = new Date(clock.now());
   const due = dueTime(body, now);
   if ('problem' in due) throw new Refused({ kind: 'invalid_request', message: due.problem });

@@ -42,7 +42,7 @@ async function handlePrompt(req: Request): Promise<Response> {
   if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
   const { message, options: withToken } = parsed.data;
   const { token: _token, ...given } = withToken;
-  const options = checkedRunOptions(given);
+  const options = await checkedRunOptions(given);
 
   const sessionId = randomUUID();
   const started = clock.now();

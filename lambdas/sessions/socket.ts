@@ -350,7 +350,7 @@ async function ownSession(sessionId: string, caller: Caller): Promise<SessionRec
 /** Parsed under `options`, as /prompt's body is, so the issue's path (and so the message) is /prompt's exactly. */
 const OptionsField = z.object({ options: SessionOptions });
 
-function checkedOptions(given: unknown): SessionRecord['options'] {
+async function checkedOptions(given: unknown): Promise<SessionRecord['options']> {
   const parsed = OptionsField.safeParse({ options: given ?? {} });
   if (!parsed.success) throw new Refused({ kind: 'invalid_request', message: describeIssue(parsed.error) });
   return checkedRunOptions(parsed.data.options);
@@ -370,7 +370,7 @@ async function startSession(frame: Extract<ClientFrame, { type: 'session.start' 
     );
   }
   if (!frame.sessionId) {
-    const options = checkedOptions(frame.options);
+    const options = await checkedOptions(frame.options);
     const sessionId = randomUUID();
     await createSession({ sessionId, projectId: caller.projectId, userId: caller.userId, options, createdAt: clock.now() });
     await bindConnection(ctx.connectionId, sessionId);
@@ -379,7 +379,7 @@ async function startSession(frame: Extract<ClientFrame, { type: 'session.start' 
 
   const session = await ownSession(frame.sessionId, caller);
   if (!session) return ctx.reply(errorFrame('session_not_found', `No session ${frame.sessionId} of this user`));
-  if (frame.options !== undefined) await replaceOptions(session.sessionId, checkedOptions(frame.options));
+  if (frame.options !== undefined) await replaceOptions(session.sessionId, await checkedOptions(frame.options));
   await bindConnection(ctx.connectionId, session.sessionId);
   // A turn in progress continues on this connection: its frames, and the client tools it still waits for, come here.
   let turn = session.turn;

@@ -1,11 +1,10 @@
-import { join } from 'node:path';
-import { type Duration, Validations } from 'aws-cdk-lib';
+import { AssetHashType, type BundlingOptions, DockerImage, type Duration, type ILocalBundling, Validations } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
-import { LogLevel, NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
-import { HANDLER_BUNDLE, LAMBDA_NODE_OPTIONS, PROJECT_ROOT } from '../bundling.ts';
+import { buildSync } from 'esbuild';
+import { esbuildOptions, LAMBDA_HANDLER, LAMBDA_NODE_OPTIONS, PROJECT_ROOT } from '../bundling.ts';
 import { logRetentionFor, removalPolicyFor } from './lifecycle.ts';
 
 /** What the metrics the functions emit are filed under (see lambdas/observability/metrics.ts). */
@@ -32,12 +31,41 @@ export interface GatewayFunctionProps {
 }
 
 /**
+ * Bundles one handler into the asset's folder with the esbuild in node_modules, in this process (lib/bundling.ts:
+ * index.mjs and its chunks). NodejsFunction does the same, but cannot be used: it passes esbuild `--outfile`, one
+ * file, so no code splitting.
+ *
+ * The asset cache of a synth (AssetStaging) keys each bundling by its options as JSON: `entry` is an own field so
+ * that each function's key names its entry — a plain `{ tryBundle }`, which JSON shows as `{}`, would give every
+ * function the first one's bundle.
+ */
+class LocalEsbuild implements ILocalBundling {
+  constructor(readonly entry: string) {}
+
+  tryBundle(outputDir: string): boolean {
+    // Throws on a build error, which fails the synth with esbuild's message; never falls back to Docker.
+    buildSync(esbuildOptions(this.entry, outputDir));
+    return true;
+  }
+}
+
+/** The asset of one handler: the repository as the source, esbuild's output folder as the code, hashed by its output. */
+function handlerCode(entry: string): lambda.Code {
+  const bundling: BundlingOptions = {
+    // Required by the type, never used: the local bundling above always succeeds or throws (as NodejsFunction does).
+    image: DockerImage.fromRegistry('dummy'),
+    local: new LocalEsbuild(entry),
+  };
+  return lambda.Code.fromAsset(PROJECT_ROOT, { assetHashType: AssetHashType.OUTPUT, bundling });
+}
+
+/**
  * One gateway Lambda: an ESM bundle built locally with esbuild (never Docker), Node 22 on ARM, its own log group
  * with a retention, and its own role that starts with nothing but writing to that log group — every other
  * permission is granted explicitly by the stack, resource by resource.
  */
 export class GatewayFunction extends Construct {
-  readonly fn: NodejsFunction;
+  readonly fn: lambda.Function;
   readonly role: iam.Role;
   readonly logGroup: logs.LogGroup;
 
@@ -56,9 +84,9 @@ export class GatewayFunction extends Construct {
     });
     this.logGroup.grantWrite(this.role);
 
-    this.fn = new NodejsFunction(this, 'Function', {
-      entry: props.entry,
-      handler: 'handler',
+    this.fn = new lambda.Function(this, 'Function', {
+      code: handlerCode(props.entry),
+      handler: LAMBDA_HANDLER,
       description: props.description,
       runtime: lambda.Runtime.NODEJS_22_X,
       architecture: lambda.Architecture.ARM_64,
@@ -67,20 +95,6 @@ export class GatewayFunction extends Construct {
       role: this.role,
       logGroup: this.logGroup,
       recursiveLoop: props.recursiveLoop ?? lambda.RecursiveLoop.TERMINATE,
-      projectRoot: PROJECT_ROOT,
-      depsLockFilePath: join(PROJECT_ROOT, 'package-lock.json'),
-      bundling: {
-        format: OutputFormat.ESM,
-        target: HANDLER_BUNDLE.target,
-        minify: HANDLER_BUNDLE.minify,
-        sourceMap: HANDLER_BUNDLE.sourcemap,
-        sourcesContent: HANDLER_BUNDLE.sourcesContent,
-        mainFields: [...HANDLER_BUNDLE.mainFields],
-        banner: HANDLER_BUNDLE.banner,
-        externalModules: [...HANDLER_BUNDLE.externalModules],
-        forceDockerBundling: false,
-        logLevel: LogLevel.ERROR,
-      },
       environment: {
         STAGE: props.stage,
         NODE_OPTIONS: LAMBDA_NODE_OPTIONS,

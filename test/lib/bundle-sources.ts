@@ -9,11 +9,13 @@ import { esbuildOptions, PROJECT_ROOT } from '../../lib/bundling.ts';
  * test/lib/deployed-access.test.ts read these instead of a hand-kept list per function.
  */
 
-/** The files under lambdas/ that esbuild puts in the bundle of `entry` (its metafile; nothing is written). */
+/**
+ * The files under lambdas/ that esbuild puts in the bundle of `entry`: every output file's, index.mjs and the chunks
+ * loaded on first use alike (the metafile's inputs are those of the whole build; nothing is written).
+ */
 export async function bundledSources(entry: string): Promise<string[]> {
   const result = await build({
-    ...esbuildOptions(join(PROJECT_ROOT, entry), join(PROJECT_ROOT, 'cdk.out', 'unused.mjs')),
-    absWorkingDir: PROJECT_ROOT,
+    ...esbuildOptions(join(PROJECT_ROOT, entry), join(PROJECT_ROOT, 'cdk.out', 'unused')),
     write: false,
     metafile: true,
     minify: false,

@@ -1,13 +1,13 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
-import { build } from 'esbuild';
+import { build, type Metafile } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TABLES } from '../../lambdas/store/tables.ts';
-import { bundledHandlers, esbuildOptions, PROJECT_ROOT } from '../../lib/bundling.ts';
+import { bundledHandlers, esbuildOptions, HANDLER_FILE, PROJECT_ROOT } from '../../lib/bundling.ts';
 
 const run = promisify(execFile);
 const NODE = join(PROJECT_ROOT, 'node_modules/.bin/node');
@@ -29,10 +29,13 @@ const lambdaEnv: NodeJS.ProcessEnv = {
   ...Object.fromEntries(TABLES.map((spec) => [spec.envVar, `test-${spec.id}`])),
 };
 
+/** Each handler's build, by id: what each output file holds and imports. */
+const metafiles = new Map<string, Metafile>();
+
 beforeAll(async () => {
   await Promise.all([
-    // The handlers exactly as NodejsFunction bundles them (lib/bundling.ts).
-    ...handlers.map(({ id, entry }) => build(esbuildOptions(entry, join(outdir, id, 'index.mjs')))),
+    // The handlers exactly as the stack bundles them (lib/bundling.ts): a folder each, index.mjs and its chunks.
+    ...handlers.map(async ({ id, entry }) => metafiles.set(id, (await build({ ...esbuildOptions(entry, join(outdir, id)), metafile: true })).metafile)),
     build({
       entryPoints: [join(PROJECT_ROOT, 'test/lib/offline-preload.ts')],
       outfile: preload,
@@ -74,7 +77,7 @@ describe('handler bundles', () => {
   it.each(handlers.map((h) => [h.id] as const))(
     '%s initialises in a fresh Node process without touching the network',
     async (id) => {
-      const bundle = pathToFileURL(join(outdir, id, 'index.mjs')).href;
+      const bundle = pathToFileURL(join(outdir, id, HANDLER_FILE)).href;
       const script = `const m = await import(${JSON.stringify(bundle)});
 if (typeof m.handler !== 'function') { console.error('the bundle exports no handler function'); process.exit(2); }`;
       const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], {
@@ -91,9 +94,69 @@ if (typeof m.handler !== 'function') { console.error('the bundle exports no hand
   );
 });
 
+describe('chunks loaded on first use', () => {
+  const chunksOf = (id: string) => readdirSync(join(outdir, id, 'chunks')).filter((file) => file.endsWith('.mjs'));
+
+  it.each(['Prompt', 'VesselExecutor', 'SessionTurn'])('%s keeps the schema validator and the MCP client in chunks of their own', (id) => {
+    const chunks = chunksOf(id);
+    expect(chunks).toContainEqual(expect.stringMatching(/^structured-output-.*\.mjs$/));
+    expect(chunks).toContainEqual(expect.stringMatching(/^mcp-.*\.mjs$/));
+  });
+
+  /** The packages in the output files a cold start loads: index.mjs and the chunks it imports statically, transitively. */
+  const packagesAtInit = (id: string): Set<string> => {
+    const { outputs } = metafiles.get(id)!;
+    const entry = Object.keys(outputs).find((file) => join(PROJECT_ROOT, file) === join(outdir, id, HANDLER_FILE))!;
+    const loaded = new Set<string>();
+    const pending = [entry];
+    for (let file = pending.pop(); file !== undefined; file = pending.pop()) {
+      if (loaded.has(file)) continue;
+      loaded.add(file);
+      for (const imported of outputs[file]!.imports) if (imported.kind === 'import-statement' && !imported.external) pending.push(imported.path);
+    }
+    const packages = new Set<string>();
+    for (const file of loaded)
+      for (const input of Object.keys(outputs[file]!.inputs)) {
+        const at = input.lastIndexOf('node_modules/');
+        if (at < 0) continue;
+        const [scope, name] = input.slice(at + 'node_modules/'.length).split('/');
+        packages.add(scope!.startsWith('@') ? `${scope}/${name}` : scope!);
+      }
+    return packages;
+  };
+
+  it.each(handlers.map((h) => [h.id] as const))('%s: a cold start loads neither Ajv, RE2 nor the MCP SDK (lambdas/agent/on-demand.ts)', (id) => {
+    const atInit = packagesAtInit(id);
+    expect(atInit.size).toBeGreaterThan(0);
+    for (const name of ['ajv', 'ajv-formats', 're2js', '@modelcontextprotocol/sdk']) expect(atInit.has(name), name).toBe(false);
+  });
+
+  it.each(['Prompt', 'ConjureApi'])(
+    "%s: every chunk loads after the handler, in Lambda's ESM without a global require and without the network",
+    async (id) => {
+      // Each chunk carries the banner's own `require` (lib/bundling.ts): a bundled CommonJS module's require of a Node
+      // built-in works in a chunk as in index.mjs. Loading them all runs every chunk's top level, Ajv's and the MCP
+      // SDK's included.
+      const files = [HANDLER_FILE, ...chunksOf(id).map((file) => `chunks/${file}`)].map((file) => pathToFileURL(join(outdir, id, file)).href);
+      const script = `for (const file of ${JSON.stringify(files)}) await import(file);
+console.log('LOADED ' + ${files.length});`;
+      const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], {
+        env: lambdaEnv,
+        cwd: outdir,
+        timeout: 30_000,
+      }).catch((err: { code?: number; stdout?: string; stderr?: string }) => {
+        throw new Error(`exit ${err.code}\n${err.stderr ?? ''}${err.stdout ?? ''}`);
+      });
+      expect(stdout).toContain(`LOADED ${files.length}`);
+      expect(stdout + stderr).not.toMatch(/Error/);
+    },
+    60_000,
+  );
+});
+
 describe('access log in Lambda', () => {
   it('one structured JSON line per request: method, path, status, error, request id, latency — never the token', async () => {
-    const bundle = pathToFileURL(join(outdir, 'ConjureApi', 'index.mjs')).href;
+    const bundle = pathToFileURL(join(outdir, 'ConjureApi', HANDLER_FILE)).href;
     const token = 'eyJhbGciOiJIUzI1NiJ9.eyJpc3MiOiJ4In0.c2VjcmV0LXNpZ25hdHVyZQ';
     const event = { httpMethod: 'GET', path: '/usage', headers: { authorization: `Bearer ${token}` }, body: null, isBase64Encoded: false, requestContext: {} };
     const context = {

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -45,7 +45,8 @@ describe('npx cdk synth', () => {
     const functions = Object.values(template.Resources).filter((r) => r.Type === 'AWS::Lambda::Function');
     expect(functions.length).toBeGreaterThanOrEqual(2);
 
-    // Every function's code was bundled here, by esbuild: an ESM bundle with its source map.
+    // Every function's code was bundled here, by esbuild: an ESM bundle with its source map, and the chunks it loads
+    // on first use. One asset per function (distinct bundles, not the first function's bundle for all).
     const assets = JSON.parse(readFileSync(join(out, `${stackName('dev')}.assets.json`), 'utf8')) as {
       files: Record<string, { source: { path: string; packaging?: string } }>;
     };
@@ -55,6 +56,15 @@ describe('npx cdk synth', () => {
       expect(statSync(join(out, source.path, 'index.mjs')).size).toBeGreaterThan(10_000);
       expect(existsSync(join(out, source.path, 'index.mjs.map'))).toBe(true);
     }
+    // The agent's functions carry the schema validator and the MCP client as chunks loaded on first use.
+    const chunks = (path: string) => (existsSync(join(out, path, 'chunks')) ? readdirSync(join(out, path, 'chunks')) : []);
+    const promptCode = (Object.entries(template.Resources).find(([id, r]) => r.Type === 'AWS::Lambda::Function' && id.startsWith('Prompt'))?.[1].Properties
+      ?.Code ?? {}) as { S3Key?: unknown };
+    const promptAsset = bundles.find(({ source }) => typeof promptCode.S3Key === 'string' && promptCode.S3Key.startsWith(source.path.replace(/^asset\./, '')));
+    expect(promptAsset, 'the Prompt function and its asset').toBeDefined();
+    expect(chunks(promptAsset!.source.path)).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^structured-output-.*\.mjs$/), expect.stringMatching(/^mcp-.*\.mjs$/)]),
+    );
     expect(result.stderr).not.toMatch(/docker/i);
 
     // CORS is the functions' (docs/deploy.md, "CORS"): every REST resource with a route routes OPTIONS to its Lambda
