@@ -346,6 +346,26 @@ function layersSection(results: Results, knobs: Knobs): string[] {
     `| **total (net)** | ${history.map((e) => `**${ms(e.cpuMsPerRequest)}**`).join(' | ')} |`,
     `| Portkey, same run | ${history.map((e) => (e.portkeyMsPerRequest === undefined ? '-' : ms(e.portkeyMsPerRequest))).join(' | ')} |`,
     '',
+    ...holdingBack(c.layers),
+  ];
+}
+
+/** What keeps the CPU per request above Portkey's, from this run's layers (the goal's closing explanation). */
+function holdingBack(layers: LayerShare[]): string[] {
+  const at = (name: string) => layers.find((l) => l.name === name)?.msPerRequest ?? 0;
+  const store = at('AWS SDK') + at('metering and budgets');
+  const adapters = at('local runtime') + at('HTTP layer') + at('middy');
+  return [
+    "What holds the CPU goal back: the work Portkey does not do. Portkey's request is one HTTP exchange in and one out;",
+    "the gateway's adds three conditional writes to DynamoDB (the reservation, the settlement and the activity count),",
+    `each a signed HTTPS request: their building, signing and retry bookkeeping is ${ms(store)} ms here (AWS SDK: the`,
+    'signer and the retry strategy the store wire borrows; metering and budgets: the wire, the ledger, the charge), and',
+    `their sockets and parsing are part of "Node HTTP and sockets" (${ms(at('Node HTTP and sockets'))} ms, shared with the client's and the`,
+    "upstream's exchanges). Those writes are the metering and the hard cap; none can go without weakening a guarantee",
+    "(a reservation before the call, the settlement that frees it, the owner's activity record). The adapters — the",
+    `local runtime's HTTP ↔ Lambda event and response-stream shim, the HTTP layer, middy — are ${ms(adapters)} ms; in AWS,`,
+    "Lambda's runtime interface client does the local runtime's part. Node's fetch (the upstream call) is Portkey's too.",
+    '',
   ];
 }
 
