@@ -35,7 +35,7 @@ const inFolder =
 export const LAYERS: readonly Layer[] = [
   {
     name: 'AWS SDK',
-    what: 'the DynamoDB client and its middleware stack, marshalling, SigV4 signing, its HTTP handler (the reservation, the settlement, the activity count)',
+    what: 'the SDK: SigV4 signing and the retry strategy the store wire borrows for the conditional writes (store/wire.ts); the whole command stack of any other store call',
     matches: inPackage('@aws-sdk', '@smithy', '@aws-crypto'),
   },
   { name: 'middy', what: 'the handler middleware chain', matches: inPackage('@middy') },
@@ -56,7 +56,7 @@ export const LAYERS: readonly Layer[] = [
   { name: 'auth', what: 'lambdas/auth: reading and checking the token', matches: inFolder('lambdas/auth') },
   {
     name: 'metering and budgets',
-    what: 'lambdas/metering, budgets, store, activity, alerts, plans: the worst case, the ledger’s requests, the charge',
+    what: 'lambdas/metering, budgets, store, activity, alerts, plans: the worst case, the ledger’s writes and their wire (store/wire.ts), the charge',
     matches: inFolder('lambdas/metering', 'lambdas/budgets', 'lambdas/store', 'lambdas/activity', 'lambdas/alerts', 'lambdas/plans'),
   },
   {
