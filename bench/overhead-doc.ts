@@ -348,7 +348,7 @@ function layersSection(results: Results, knobs: Knobs): string[] {
     `| gateway ÷ Portkey | ${history.map((e) => (e.portkeyMsPerRequest === undefined ? '-' : (e.cpuMsPerRequest / e.portkeyMsPerRequest).toFixed(2))).join(' | ')} |`,
     '',
     "This machine's speed drifts from hour to hour (a virtual machine on shared hosts: Portkey's own figure moved",
-    'between 2.3 and 2.9 ms the same day), so compare commits by the ratio to Portkey measured in the same run, and',
+    'within one day), so compare commits by the ratio to Portkey measured in the same run, and',
     'layers by their shares.',
     '',
     ...holdingBack(c.layers),
