@@ -347,7 +347,7 @@ function layersSection(results: Results, knobs: Knobs): string[] {
     `| Portkey, same run | ${history.map((e) => (e.portkeyMsPerRequest === undefined ? '-' : ms(e.portkeyMsPerRequest))).join(' | ')} |`,
     `| gateway ÷ Portkey | ${history.map((e) => (e.portkeyMsPerRequest === undefined ? '-' : (e.cpuMsPerRequest / e.portkeyMsPerRequest).toFixed(2))).join(' | ')} |`,
     '',
-    "This machine's speed drifts from hour to hour (a virtual machine on shared hosts: Portkey's own figure moved",
+    "This machine's speed drifts from hour to hour (a virtual machine on shared hosts: Portkey's own figure moved by a third",
     'within one day), so compare commits by the ratio to Portkey measured in the same run, and',
     'layers by their shares.',
     '',
