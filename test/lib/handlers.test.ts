@@ -50,6 +50,15 @@ beforeAll(async () => {
 
 afterAll(() => rmSync(outdir, { recursive: true, force: true }));
 
+/** Runs an ES module script in a fresh Node with the function's environment and the runtime client's preload. */
+async function inLambdaNode(script: string): Promise<{ stdout: string; stderr: string }> {
+  return run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], { env: lambdaEnv, cwd: outdir, timeout: 30_000 }).catch(
+    (err: { code?: number; stdout?: string; stderr?: string }) => {
+      throw new Error(`exit ${err.code}\n${err.stderr ?? ''}${err.stdout ?? ''}`);
+    },
+  );
+}
+
 describe('handler bundles', () => {
   it('cover the channeling and conjure handlers', () => {
     expect(handlers.map((h) => h.id)).toEqual(expect.arrayContaining(['Channeling', 'ConjureApi']));
@@ -80,13 +89,7 @@ describe('handler bundles', () => {
       const bundle = pathToFileURL(join(outdir, id, HANDLER_FILE)).href;
       const script = `const m = await import(${JSON.stringify(bundle)});
 if (typeof m.handler !== 'function') { console.error('the bundle exports no handler function'); process.exit(2); }`;
-      const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], {
-        env: lambdaEnv,
-        cwd: outdir,
-        timeout: 30_000,
-      }).catch((err: { code?: number; stdout?: string; stderr?: string }) => {
-        throw new Error(`exit ${err.code}\n${err.stderr ?? ''}${err.stdout ?? ''}`);
-      });
+      const { stdout, stderr } = await inLambdaNode(script);
       expect(stderr).not.toMatch(/network access/);
       expect(stdout + stderr).not.toMatch(/Error/);
     },
@@ -140,13 +143,7 @@ describe('chunks loaded on first use', () => {
       const files = [HANDLER_FILE, ...chunksOf(id).map((file) => `chunks/${file}`)].map((file) => pathToFileURL(join(outdir, id, file)).href);
       const script = `for (const file of ${JSON.stringify(files)}) await import(file);
 console.log('LOADED ' + ${files.length});`;
-      const { stdout, stderr } = await run(NODE, ['--import', pathToFileURL(preload).href, '--input-type=module', '-e', script], {
-        env: lambdaEnv,
-        cwd: outdir,
-        timeout: 30_000,
-      }).catch((err: { code?: number; stdout?: string; stderr?: string }) => {
-        throw new Error(`exit ${err.code}\n${err.stderr ?? ''}${err.stdout ?? ''}`);
-      });
+      const { stdout, stderr } = await inLambdaNode(script);
       expect(stdout).toContain(`LOADED ${files.length}`);
       expect(stdout + stderr).not.toMatch(/Error/);
     },
