@@ -52,8 +52,11 @@ const CONTENT_TYPE = 'application/x-amz-json-1.0';
  * DynamoDB's JSON carries binary values as base64 (`B`, `BS`); the SDK turns them into bytes both ways. An attribute
  * *named* B or BS is a map key whose value is an object, never a string, so only the type tags match here.
  */
-function toWire(_key: string, value: unknown): unknown {
-  return value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value;
+function toWire(this: unknown, key: string, value: unknown): unknown {
+  // The holder's own value, not `value`: JSON.stringify hands a replacer what toJSON made of it, and a Buffer's
+  // toJSON is `{type: 'Buffer', data: [...]}`.
+  const original = (this as Record<string, unknown>)[key];
+  return original instanceof Uint8Array ? Buffer.from(original.buffer, original.byteOffset, original.byteLength).toString('base64') : value;
 }
 function fromWire(key: string, value: unknown): unknown {
   if (key === 'B' && typeof value === 'string') return new Uint8Array(Buffer.from(value, 'base64'));

@@ -30,7 +30,12 @@ describe('against DynamoDB Local', () => {
   it('writes, answers the attributes asked for, and carries binary and number values both ways', async () => {
     const key = freshKey();
     const bytes = new Uint8Array([0, 1, 2, 250, 255]);
-    await storeWire().write('PutItem', { TableName: table(), Item: { ...key, n: { N: '41' }, raw: { B: bytes } } });
+    // A Buffer too (its toJSON must not win), as the session parts store their data.
+    const buffer = Buffer.from('part ✓', 'utf16le');
+    await storeWire().write('PutItem', {
+      TableName: table(),
+      Item: { ...key, n: { N: '41' }, raw: { B: bytes }, buf: { B: buffer }, set: { BS: [buffer, bytes] } },
+    });
     const out = await storeWire().write('UpdateItem', {
       TableName: table(),
       Key: key,
@@ -38,9 +43,12 @@ describe('against DynamoDB Local', () => {
       ExpressionAttributeValues: { ':one': { N: '1' } },
       ReturnValues: 'ALL_NEW',
     });
-    expect(out.Attributes).toEqual({ ...key, n: { N: '42' }, raw: { B: bytes } });
+    expect(out.Attributes).toEqual({ ...key, n: { N: '42' }, raw: { B: bytes }, buf: { B: new Uint8Array(buffer) }, set: { BS: expect.any(Array) } });
+    expect(new Set((out.Attributes!.set!.BS as Uint8Array[]).map((b) => Buffer.from(b).toString('hex')))).toEqual(
+      new Set([buffer.toString('hex'), Buffer.from(bytes).toString('hex')]),
+    );
     const stored = (await documentClient().send(new GetCommand({ TableName: table(), Key: { pk: key.pk.S }, ConsistentRead: true }))).Item;
-    expect(stored).toEqual({ pk: key.pk.S, n: 42, raw: bytes });
+    expect(stored).toMatchObject({ pk: key.pk.S, n: 42, raw: bytes, buf: new Uint8Array(buffer) });
   });
 
   it("a failed condition is DynamoDB's ConditionalCheckFailedException, with the item it saw, sent once", async () => {
