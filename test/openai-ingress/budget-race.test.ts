@@ -161,7 +161,7 @@ describe('budget race on POST /v1/chat/completions', () => {
     const kinds = new Map<string, number>();
     for (const r of refused) kinds.set(String(r.error.code), (kinds.get(String(r.error.code)) ?? 0) + 1);
     console.log(
-      `[budget race /v1/chat/completions] ${RACERS} requests in ${seconds} s: ${ok.length} answered, refused ${[...kinds].map(([code, count]) => `${count} ${code}`).join(', ')}`,
+      `[budget race /v1/chat/completions] ${RACERS} requests in ${seconds} s: ${ok.length} answered (${ok.filter((o) => o.clamped).length} clamped, ${ok.filter((o) => o.clamped && o.truncated).length} of them cut short), refused ${[...kinds].map(([code, count]) => `${count} ${code}`).join(', ')}`,
     );
 
     // The budget cannot pay for all, yet it pays for many; the refusals are OpenAI's quota or rate-limit 429s.
@@ -185,7 +185,9 @@ describe('budget race on POST /v1/chat/completions', () => {
         outcomes.some((o, i) => i % 3 === way && o.answered),
         `way ${way}`,
       ).toBe(true);
-    expect(ok.some((o) => o.clamped && o.truncated)).toBe(true);
+    // Whether a clamped answer was also cut short depends on which answer lengths met the last of the budget (the
+    // soak run once had clamps but none shorter than its answer); chat-completions.test.ts checks the truncation.
+    expect(ok.some((o) => o.clamped)).toBe(true);
 
     await gw.invocationsDone();
     const usage = await readUsage({ projectId: gw.projectId, userId: user, budget: claim });
