@@ -292,7 +292,12 @@ async function latency(setup: Setup, results: Results): Promise<void> {
     if (concurrency === 1) await pacedGateway(setup, scenarios, level, results);
     const ledger = await ledgerOnly(concurrency);
     level['ledger only'] = ledger.both;
-    if (concurrency === 1) results.storeWrite = ledger.reserve;
+    if (concurrency === 1) {
+      results.storeWrite = ledger.reserve;
+      // The same write with the paced rows' pause before each: DynamoDB Local answers a write that follows an idle
+      // gap more slowly than one that follows another, so the paced goal is held against a paced write.
+      results.storeWritePaced = (await ledgerOnly(1, PACE_MS)).reserve;
+    }
     // A one-turn /prompt run against one direct model call. At concurrency 1 only: the development developer's
     // tier admits 5 runs at once, and every run charges the development user at least a compute second.
     if (concurrency === 1) {
@@ -320,10 +325,11 @@ async function latency(setup: Setup, results: Results): Promise<void> {
  * The ledger's share: reserve + settle against the gateway's own DynamoDB Local, same concurrency, one user. The
  * reservation alone is one conditional write, the store's part of the critical path ("one store write").
  */
-async function ledgerOnly(concurrency: number): Promise<{ both: Figures; reserve: { p50: number; p99: number } }> {
+async function ledgerOnly(concurrency: number, paceMs = 0): Promise<{ both: Figures; reserve: { p50: number; p99: number } }> {
   const caller = { projectId: 'bench', userId: 'ledger', budget: { ai: Number.MAX_SAFE_INTEGER, compute: 0, window: 'day' as const } };
   const pass = (count: number) =>
     concurrently(count, concurrency, async () => {
+      if (paceMs > 0) await sleep(paceMs);
       const t = performance.now();
       const r = await reserve({ caller, amounts: { ai: 100, compute: 0 }, enforce: ['ai'] });
       const reserved = performance.now() - t;
@@ -376,10 +382,12 @@ function printPhases(phases: Results['phases']): void {
 function addedLatencyGoals(results: Results): LatencyGoal[] {
   const level = results.levels.get(1);
   const store = results.storeWrite;
-  if (!level || !store) return [];
+  const pacedStore = results.storeWritePaced ?? store;
+  if (!level || !store || !pacedStore) return [];
   const goal = (what: string, direct: Figures, gateway: Figures, pick: (f: Figures) => { p50: number; p99: number }): LatencyGoal => {
     const added = { p50: pick(gateway).p50 - pick(direct).p50, p99: pick(gateway).p99 - pick(direct).p99 };
-    const limit = { p50: store.p50 + 1, p99: store.p99 + 5 };
+    const write = what.endsWith('paced') ? pacedStore : store;
+    const limit = { p50: write.p50 + 1, p99: write.p99 + 5 };
     return { what, added, limit, met: added.p50 <= limit.p50 && added.p99 <= limit.p99 };
   };
   const whole = (f: Figures) => ({ p50: f.p50, p99: f.p99 });
