@@ -79,7 +79,8 @@ export interface Results {
   cpu?: {
     gateway: CpuRun;
     idleMsPerSecond: Record<string, number>;
-    portkey: { run: CpuRun } | { skipped: string };
+    /** Portkey's CPU run, and its JSON answers at concurrency 1 paced as the gateway's paced rows. */
+    portkey: { run: CpuRun; paced?: Figures } | { skipped: string };
     /** The net CPU per request split by layer (bench/cpu-layers.ts), and the same split at earlier commits. */
     layers?: LayerShare[];
     layerHistory?: LayerEntry[];
@@ -232,7 +233,31 @@ function addedLatency(results: Results, knobs: Knobs): string[] {
     'Bounded by: the reservation write (DynamoDB Local, above), the local HTTP path around the handler (the local',
     "runtime's server and adapters, Lambda's runtime client in AWS), the gateway's CPU on the path (next sections), and",
     'the three processes sharing two cores, which shows most at p99.',
+    ...proxyHop(results),
     '',
+  ];
+}
+
+/** The yardstick of a proxy hop alone: Portkey, paced the same way, against the direct answer. */
+function proxyHop(results: Results): string[] {
+  const portkey = results.cpu?.portkey;
+  const direct = results.levels.get(1)?.['direct, JSON'];
+  const gateway = results.goals?.find((g) => g.what === 'JSON, whole answer, paced');
+  const store = results.storeWritePaced;
+  if (!portkey || !('run' in portkey) || !portkey.paced || !direct || !gateway || !store) return [];
+  const hop = { p50: portkey.paced.p50 - direct.p50, p99: portkey.paced.p99 - direct.p99 };
+  return [
+    '',
+    `A proxy hop alone, on this machine: Portkey, paced the same way, adds ${ms(hop.p50)} ms at p50 and ${ms(hop.p99)} ms at p99 to the`,
+    `direct JSON answer (Portkey, JSON, paced: p50 ${ms(portkey.paced.p50)} ms, p99 ${ms(portkey.paced.p99)} ms, in the CPU part's run). The gateway's`,
+    `paced JSON answer adds ${ms(gateway.added.p50)} ms at p50: the paced store write (${ms(store.p50)} ms) and the hop make`,
+    `${ms(store.p50 + hop.p50)} ms of it.`,
+    ...(hop.p50 > 1
+      ? [
+          'The goal (one store write + 1 ms) leaves less than the hop itself costs here, so it cannot be met locally',
+          'without taking the reservation off the path, which is the hard cap (docs/contract.md).',
+        ]
+      : []),
   ];
 }
 

@@ -503,7 +503,7 @@ async function cpuLoad(name: string, users: Scenario[], processes: Record<string
   return run;
 }
 
-async function portkeyLoad(setup: Setup, children: ChildProcess[]): Promise<{ run: CpuRun } | { skipped: string }> {
+async function portkeyLoad(setup: Setup, children: ChildProcess[]): Promise<{ run: CpuRun; paced: Figures } | { skipped: string }> {
   console.log('\nInstalling and starting Portkey’s gateway for the side-by-side…');
   const started = await startPortkey(children);
   if (!started.ok) return { skipped: started.reason };
@@ -513,13 +513,17 @@ async function portkeyLoad(setup: Setup, children: ChildProcess[]): Promise<{ ru
     // The same answer as the upstream's own, before anything is measured.
     const [viaPortkey, direct] = await Promise.all([answerText(s), answerText({ ...s, url: setup.upstreamUrl })]);
     if (viaPortkey !== direct) return { skipped: `its answer differs from the upstream's: ${viaPortkey.slice(0, 200)}` };
-    return {
-      run: await cpuLoad(
-        'Portkey',
-        Array.from({ length: CPU_CONCURRENCY }, () => s),
-        { Portkey: portkey.pid },
-      ),
-    };
+    const cpu = await cpuLoad(
+      'Portkey',
+      Array.from({ length: CPU_CONCURRENCY }, () => s),
+      { Portkey: portkey.pid },
+    );
+    // What a proxy hop alone adds at concurrency 1, paced as the gateway's paced rows: the latency goal's yardstick.
+    const paced: Scenario = { ...s, name: 'Portkey, JSON, paced', paceMs: PACE_MS };
+    await run(paced, WARMUP, 1);
+    const figures = await run(paced, REQUESTS, 1);
+    console.log(`Portkey, JSON, paced, concurrency 1: p50 ${ms(figures.p50)} ms, p99 ${ms(figures.p99)} ms`);
+    return { run: cpu, paced: figures };
   } finally {
     await portkey.stop();
   }
