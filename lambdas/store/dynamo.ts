@@ -19,23 +19,15 @@ export const documentClient = instanceValue(
 );
 
 /**
- * The SDK client behind the conditional writes (store/conditional.ts): it is not sent through, its configuration is
- * what `storeWire` signs, retries and classifies errors with — the credentials chain, the region, the retry strategy.
- */
-export const writeClient = instanceValue(
-  (): DynamoDBClient => new DynamoDBClient(clientConfig()),
-  (client) => client.destroy(),
-);
-
-/**
- * The conditional writes on every metered request's path go out in DynamoDB's JSON protocol (store/wire.ts), with
- * the write client's credentials, signer and retry strategy: the SDK's command stack was the largest layer of the
- * gateway's CPU per request (docs/benchmarks.md, "CPU per request by layer").
+ * The conditional writes on every metered request's path go out in DynamoDB's JSON protocol (store/wire.ts): the
+ * SDK's command stack was the largest layer of the gateway's CPU per request (docs/benchmarks.md, "CPU per request by
+ * layer"). They are signed, retried and classified with the document client's own configuration — its credentials
+ * chain, region, clock offset and retry strategy — so the instance keeps one SDK client and one set of credentials.
  */
 export const storeWire = instanceValue(
   (): StoreWire => {
     const { DYNAMODB_ENDPOINT, AWS_REGION } = env();
-    return new StoreWire(writeClient(), DYNAMODB_ENDPOINT || `https://dynamodb.${AWS_REGION}.amazonaws.com`);
+    return new StoreWire(documentClient().config, DYNAMODB_ENDPOINT || `https://dynamodb.${AWS_REGION}.amazonaws.com`);
   },
   (wire) => wire.destroy(),
 );

@@ -13,8 +13,8 @@ import { SignatureV4 } from '@smithy/signature-v4';
  * builds and escapes a user agent, copies the request through a dozen middleware steps and parses the answer back
  * the same way — about three times the CPU of the request itself.
  *
- * What makes a write correct stays the SDK's, taken from the same client (store/dynamo.ts `writeClient`): the
- * credentials (its default chain, cached and refreshed), the SigV4 signer (@smithy/signature-v4, the SDK's own) with
+ * What makes a write correct stays the SDK's, taken from an SDK client's configuration (store/dynamo.ts: the document
+ * client's): the credentials (its default chain, cached and refreshed), the SigV4 signer (@smithy/signature-v4, the SDK's own) with
  * the client's clock offset, the retry strategy (the SDK's standard mode: attempts, the retry token bucket, backoff
  * with jitter) and the classification of what is worth retrying (@smithy/core/retry). Errors come back shaped as the
  * SDK's service exceptions: `name` DynamoDB's error type, `$metadata`, and the body's fields (`Item` of a failed
@@ -76,14 +76,13 @@ export class StoreWire {
   private readonly strategy: Promise<RetryStrategyV2>;
 
   constructor(
-    private readonly client: DynamoDBClient,
+    private readonly config: DynamoDBClient['config'],
     endpoint: string,
   ) {
     this.url = new URL(endpoint);
     const secure = this.url.protocol === 'https:';
     // Kept alive, as the SDK's handler keeps its sockets (a new TLS handshake per write would cost more than the rest).
     this.agent = secure ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
-    const { config } = client;
     this.signer = new SignatureV4({ credentials: config.credentials, region: config.region, service: 'dynamodb', sha256: config.sha256 });
     // The standard (and adaptive) strategies are V2 ones; the legacy interface is only used by a custom strategy.
     this.strategy = config.retryStrategy() as Promise<RetryStrategyV2>;
@@ -139,7 +138,7 @@ export class StoreWire {
         headers: { host, 'content-type': CONTENT_TYPE, 'content-length': String(Buffer.byteLength(body)), 'x-amz-target': `${API_VERSION}.${action}` },
         body,
       },
-      { signingDate: new Date(Date.now() + (this.client.config.systemClockOffset ?? 0)) },
+      { signingDate: new Date(Date.now() + (this.config.systemClockOffset ?? 0)) },
     );
     const send = protocol === 'https:' ? httpsRequest : httpRequest;
     const answer = await new Promise<{ status: number; text: string; requestId?: string }>((resolve, reject) => {

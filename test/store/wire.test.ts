@@ -89,7 +89,7 @@ async function scripted(answers: Array<(req: IncomingMessage, res: ServerRespons
     region: 'eu-west-1',
     credentials: { accessKeyId: 'AKIDWIRE', secretAccessKey: 'secret', sessionToken: 'session-token' },
   });
-  const wire = new StoreWire(client, url);
+  const wire = new StoreWire(client.config, url);
   return {
     wire,
     seen,
